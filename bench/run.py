@@ -1,0 +1,322 @@
+"""Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
+
+    python bench/run.py [--sizes 100MiB,1GiB] [--jobs 1,2] [--repeat 3] [--fallback]
+
+Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
+runs; each is read once before timing so every tool meets a warm page cache.
+
+Rows, per size:
+- `grep -E -c`: GNU grep, LC_ALL=C, the alternation of the same literal set.
+- `analyze`: `python -m preemptdiag analyze FILE --format json --jobs N`, end to end.
+  When the command fails (the CLI still being built), the row says so.
+- `scan (aho)` / `scan (python)`: the prefilter alone (iter_blocks + LineFinder +
+  number_lines, over `split_ranges` parts in N processes), in a child process.
+  `--fallback` adds the pure-Python engine, which is slow on large literal sets.
+
+Seconds are the best of `--repeat` runs (this box is shared; the best is the least
+disturbed). MB/s uses 10^6 bytes. Peak RSS is the largest single process (the child
+or one of its workers: ru_maxrss via GNU time's %M; without /usr/bin/time, wait4's
+figure, which also counts this script's own RSS at the fork, so an upper bound).
+"x grep" is seconds / grep's seconds.
+The scan rows also check that the candidate-line count equals grep's count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+from generate import generate, parse_size  # noqa: E402
+
+# Used while signatures/ holds too few literals to be representative.
+FALLBACK_LITERALS = (
+    "reempt",
+    "throughput",
+    "Waiting: ",
+    "blocks",
+    "KV cache",
+    "KV Cache",
+    "concurrency",
+    "out of memory",
+    "ut of memory",
+    "LLM engine",
+    "args: ",
+    "version ",
+    "swap space",
+    "ALLOC_FAILED",
+    "need_size",
+    "died unexpectedly",
+    "fatal error",
+    "EngineDead",
+    "already dead",
+    "etract",
+    "#running-req",
+    "oom",
+    "OOM",
+    "Killed",
+    "code 137",
+    "Exit Code:",
+    "ExitCode",
+    "Exited (137)",
+    "Restart Count",
+    "memory pressure",
+    "exception",
+)
+MIN_SIGNATURE_LITERALS = 15
+_ERE_SPECIAL = set(".[]()*+?{}|^$\\")
+TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
+def literal_set(sig_dir: Path = REPO / "signatures") -> tuple[list[str], str]:
+    """Every `prefilter` literal in signatures/*.toml, or the fallback set."""
+    found: dict[str, None] = {}
+    for path in sorted(sig_dir.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            continue  # someone is mid-edit; the benchmark must not care
+        for sig in data.get("signature", []):
+            for lit in sig.get("prefilter", []):
+                if isinstance(lit, str) and lit:
+                    found.setdefault(lit, None)
+    if len(found) >= MIN_SIGNATURE_LITERALS:
+        return list(found), f"{len(found)} literals from {sig_dir}/*.toml"
+    return list(FALLBACK_LITERALS), (
+        f"fallback set of {len(FALLBACK_LITERALS)} literals (signatures/ has {len(found)})"
+    )
+
+
+def ere(literals: Sequence[str]) -> str:
+    return "|".join("".join("\\" + c if c in _ERE_SPECIAL else c for c in lit) for lit in literals)
+
+
+def ensure_file(directory: Path, size: int) -> Path:
+    path = directory / f"vllm-{size}-seed0.log"
+    if not path.exists():
+        tmp = path.with_suffix(".part")
+        with tmp.open("wb") as f:
+            generate(f, size, seed=0)
+        tmp.replace(path)  # a killed run never leaves a half file to reuse
+    with path.open("rb") as f:  # into the page cache
+        while f.read(16 << 20):
+            pass
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    seconds: float
+    rss_mib: float
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def timed(cmd: Sequence[str], env: dict[str, str] | None = None) -> Run:
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile(mode="r") as rss_file,
+    ):
+        if TIME:
+            # A child forked from this (large) Python process starts with our RSS as
+            # its high-water mark; one forked from GNU time starts near zero.
+            cmd = [TIME, "-f", "%M", "-o", rss_file.name, *cmd]
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        seconds = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        rss_kib = float(usage.ru_maxrss)
+        if TIME:
+            text = rss_file.read().strip().splitlines()
+            rss_kib = float(text[-1]) if text and text[-1].isdigit() else float("nan")
+        out.seek(0)
+        err.seek(0)
+        return Run(
+            seconds,
+            rss_kib / 1024,
+            p.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
+
+
+def best(cmd: Sequence[str], repeat: int, env: dict[str, str] | None = None) -> Run:
+    runs = [timed(cmd, env) for _ in range(repeat)]
+    return min(runs, key=lambda r: r.seconds)
+
+
+def scan_only(path: str, jobs: int, engine: str, literals: list[str]) -> None:
+    """Child-process body: the prefilter alone, as scan.py drives it."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from preemptdiag.prefilter import split_ranges
+
+    ranges = split_ranges(path, jobs)
+    args = [(path, r, engine, literals) for r in ranges]
+    if jobs == 1:
+        parts = [_scan_part(a) for a in args]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            parts = list(pool.map(_scan_part, args))
+    print(
+        json.dumps({"candidates": sum(p[0] for p in parts), "newlines": sum(p[1] for p in parts)})
+    )
+
+
+def _scan_part(arg: tuple[str, tuple[int, int], str, list[str]]) -> tuple[int, int]:
+    from preemptdiag.prefilter import LineFinder, iter_blocks, number_lines
+
+    path, rng, engine, literals = arg
+    finder = LineFinder([lit.encode() for lit in literals], engine=engine)  # type: ignore[arg-type]
+    n_cand = 0
+    next_line = 1
+    with open(path, "rb", buffering=0) as f:
+        for block, _ in iter_blocks(f, byte_range=rng):
+            spans = finder.candidate_lines(block)
+            _, newlines = number_lines(block, spans, next_line)
+            next_line += newlines
+            n_cand += len(spans)
+    return n_cand, next_line - 1
+
+
+def _fmt_size(n: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="preemptdiag benchmark")
+    ap.add_argument("--sizes", default="100MiB,1GiB")
+    ap.add_argument("--jobs", default="1,2")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fallback", action="store_true", help="also time the pure-Python engine")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "preemptdiag-bench")
+    ap.add_argument("--scan-only", metavar="FILE", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="aho", help=argparse.SUPPRESS)
+    ap.add_argument("--literals", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    jobs_list = [int(j) for j in args.jobs.split(",")]
+    if args.scan_only:
+        scan_only(args.scan_only, jobs_list[0], args.engine, json.loads(args.literals))
+        return 0
+
+    grep = shutil.which("grep")
+    literals, origin = literal_set()
+    notes: list[str] = [f"literal set: {origin}"]
+    args.dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, LC_ALL="C", PYTHONPATH=str(REPO))
+    engines = ["aho", "python"] if args.fallback else ["aho"]
+
+    rows: list[tuple[str, str, str, float, float, float, str]] = []
+    for size_text in args.sizes.split(","):
+        size = parse_size(size_text)
+        path = ensure_file(args.dir, size)
+        real = path.stat().st_size
+        label = _fmt_size(size)
+        grep_s: float | None = None
+        grep_count: int | None = None
+        if grep:
+            r = best([grep, "-E", "-c", ere(literals), str(path)], args.repeat, env)
+            grep_s, grep_count = r.seconds, int(r.stdout.strip() or 0)
+            rows.append(
+                (label, "grep -E -c", "1", r.seconds, real / 1e6 / r.seconds, r.rss_mib, "1.00")
+            )
+        for jobs in jobs_list:
+            cmd = [
+                sys.executable,
+                "-m",
+                "preemptdiag",
+                "analyze",
+                str(path),
+                "--format",
+                "json",
+                "--jobs",
+                str(jobs),
+            ]
+            r = best(cmd, args.repeat, env)
+            if r.rc in (0, 1):
+                ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
+                rows.append(
+                    (
+                        label,
+                        "analyze",
+                        str(jobs),
+                        r.seconds,
+                        real / 1e6 / r.seconds,
+                        r.rss_mib,
+                        ratio,
+                    )
+                )
+            else:
+                why = (r.stderr.strip().splitlines() or ["no output"])[0][:120]
+                notes.append(f"analyze: not available ({label}, --jobs {jobs}: exit {r.rc}: {why})")
+            for engine in engines:
+                cmd = [
+                    sys.executable,
+                    str(HERE / "run.py"),
+                    "--scan-only",
+                    str(path),
+                    "--jobs",
+                    str(jobs),
+                    "--engine",
+                    engine,
+                    "--literals",
+                    json.dumps(literals),
+                ]
+                r = best(cmd, 1 if engine == "python" else args.repeat, env)
+                if r.rc != 0:
+                    notes.append(f"scan ({engine}) failed: {r.stderr.strip()[-300:]}")
+                    continue
+                got = json.loads(r.stdout)["candidates"]
+                if grep_count is not None and got != grep_count:
+                    notes.append(
+                        f"MISMATCH {label} scan ({engine}) jobs {jobs}: "
+                        f"{got} candidate lines, grep counted {grep_count}"
+                    )
+                ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
+                rows.append(
+                    (
+                        label,
+                        f"scan ({engine})",
+                        str(jobs),
+                        r.seconds,
+                        real / 1e6 / r.seconds,
+                        r.rss_mib,
+                        ratio,
+                    )
+                )
+        if grep_count is not None:
+            notes.append(f"{label}: {grep_count} candidate lines of {real} bytes")
+
+    print("| size | tool | jobs | seconds | MB/s | peak RSS MiB | x grep |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for label, tool, jobs_s, sec, mbs, rss, ratio in rows:
+        print(f"| {label} | {tool} | {jobs_s} | {sec:.2f} | {mbs:.0f} | {rss:.0f} | {ratio} |")
+    print()
+    for note in notes:
+        print(f"- {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

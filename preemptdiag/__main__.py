@@ -1,0 +1,3 @@
+from preemptdiag.cli import run
+
+run()

@@ -1,0 +1,262 @@
+"""The pipeline, end to end: sources -> scan -> events -> windows -> rules -> advice.
+
+Renderers take the Report this returns; the exit code is computed here, once, so
+every format agrees on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from preemptdiag import __version__
+from preemptdiag.advice import choose_lever
+from preemptdiag.config import DEFAULT_FAIL_ON, Thresholds
+from preemptdiag.errors import DiagError
+from preemptdiag.events import TimeContext, build_events, detect_engine
+from preemptdiag.knobs import read_facts
+from preemptdiag.prefilter import split_ranges
+from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes
+from preemptdiag.records import Class, Event, Hit, Kind, Report, ScanStats, Verdict, Window
+from preemptdiag.redact import Redactor
+from preemptdiag.rules import classify, preemption_visibility, verdict
+from preemptdiag.scan import Matcher, ScanResult, scan_fast
+from preemptdiag.signatures import Signature, load
+from preemptdiag.sources import Source, open_source
+from preemptdiag.windows import build_windows
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Files smaller than this are not worth a process pool.
+PARALLEL_MIN_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    files: tuple[str, ...]
+    window_seconds: int = 60
+    thresholds: Thresholds = Thresholds()
+    fail_on: tuple[Class, ...] = DEFAULT_FAIL_ON
+    signatures_dir: Path | None = None
+    time: TimeContext = TimeContext()
+    since: datetime | None = None
+    until: datetime | None = None
+    jobs: int = 1
+    redact: bool = True
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    report: Report
+    exit_code: int
+    events: tuple[Event, ...]
+
+
+ProgressFactory = Callable[[int], Callable[[int], None]]
+
+
+def _scan_range(args: tuple[Source, tuple[Signature, ...], tuple[int, int]]) -> ScanResult:
+    src, sigs, rng = args
+    return scan_fast(src, Matcher(sigs), byte_range=rng)
+
+
+def _scan_parallel(src: Source, sigs: tuple[Signature, ...], jobs: int) -> ScanResult:
+    assert src.path is not None
+    ranges = split_ranges(src.path, jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        parts = list(pool.map(_scan_range, [(src, sigs, r) for r in ranges]))
+    merged = ScanResult(source=src.name)
+    offset = 0
+    for part in parts:
+        merged.hits.extend(replace(h, line=h.line + offset) for h in part.hits)
+        offset += part.lines_read
+        merged.lines_read += part.lines_read
+        merged.bytes_read += part.bytes_read
+        merged.skipped.update(part.skipped)
+        merged.recognised.update(part.recognised)
+    return merged
+
+
+def scan_sources(
+    sources: Sequence[Source],
+    sigs: tuple[Signature, ...],
+    jobs: int,
+    progress: ProgressFactory | None = None,
+) -> list[ScanResult]:
+    matcher = Matcher(sigs)
+    results = []
+    for src in sources:
+        parallel = (
+            jobs > 1 and src.path is not None and not src.gz and not src.cr_only
+            and (src.size or 0) >= PARALLEL_MIN_BYTES
+        )
+        if parallel:
+            results.append(_scan_parallel(src, sigs, jobs))
+        else:
+            cb = progress(src.size or 0) if progress and src.size else None
+            results.append(scan_fast(src, matcher, progress=cb))
+    return results
+
+
+def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
+    """Scrapes become events on the log's timeline: gauges as stats, counter as a
+    cumulative preemption count (its deltas are spread like V0's sampled counter)."""
+    out: list[Event] = []
+    prev: float | None = None
+    for i, s in enumerate(sorted(scrapes, key=lambda s: (s.ts is None, s.ts or _EPOCH))):
+        v = s.values
+        fields = {
+            "kv_usage": v.get("kv_usage_perc"),
+            "running": int(v["running"]) if "running" in v else None,
+            "waiting": int(v["waiting"]) if "waiting" in v else None,
+            "engine": s.engine,
+        }
+        out.append(Event(source=s.source, line=1, sig="prometheus.gauges", kind=Kind.STATS,
+                         ts=s.ts, fields=fields, text=f"/metrics scrape {s.source} (gauges)",
+                         replica=replica))
+        done = v.get("request_success_total")
+        if done is not None:
+            out.append(Event(source=s.source, line=1, sig="prometheus.request_success_total",
+                             kind=Kind.CONTEXT, ts=s.ts, fields={"value": done},
+                             text=f"vllm:request_success_total = {done:g}", replica=replica))
+        total = v.get("preemptions_total")
+        if total is None:
+            continue
+        delta = 0.0 if prev is None else (total - prev if total >= prev else total)
+        prev = total
+        out.append(Event(
+            source=s.source, line=1, sig="prometheus.num_preemptions_total",
+            kind=Kind.PREEMPTION, ts=s.ts,
+            fields={"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
+            text=f"{'vllm:num_preemptions_total' if s.engine != 'sglang' else 'retractions'}"
+                 f" = {total:g} (scrape {i + 1})",
+            replica=replica, preemptions=int(round(delta)),
+        ))
+    return out
+
+
+def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...]:
+    return tuple(replace(e, text=redactor(e.text)) for e in evs)
+
+
+def _redact_window(w: Window, redactor: Redactor) -> Window:
+    return replace(w, evidence=_redact_events(w.evidence, redactor))
+
+
+def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
+    if not opts.files:
+        raise DiagError("no input files (pass one or more logs, or - for stdin)")
+    sigs = load(opts.signatures_dir)
+    sources = [open_source(f) for f in opts.files]
+    logs = [s for s in sources if not looks_like_prometheus(s.head)]
+    proms = [s for s in sources if looks_like_prometheus(s.head)]
+    results = scan_sources(logs, sigs, opts.jobs, progress)
+    hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
+        (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
+    ]
+    events = build_events(hits_by_source, opts.time)
+    notes: list[str] = []
+    if proms:
+        replicas = sorted({e.replica for e in events}) or ["metrics"]
+        if len(replicas) > 1:
+            notes.append(f"/metrics scrapes attached to {replicas[0]} (several replicas present)")
+        for p in proms:
+            text = _read_text(p)
+            scrapes = parse_scrapes(text, p.name, p.mtime)
+            events.extend(_scrape_events(scrapes, replicas[0]))
+        events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
+    if opts.since or opts.until:
+        events = [
+            e for e in events
+            if e.ts is None
+            or ((opts.since is None or e.ts >= opts.since) and (opts.until is None or e.ts < opts.until))
+        ]
+    info = detect_engine(events)
+    vis = preemption_visibility(events, info)
+    windows = classify(build_windows(events, opts.window_seconds, opts.thresholds),
+                       opts.thresholds, vis, opts.window_seconds)
+    v = verdict(windows, opts.thresholds, vis, opts.window_seconds)
+    facts = read_facts(events)
+    lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
+    redactor = Redactor(enabled=opts.redact)
+    v = replace(v, evidence=_redact_events(v.evidence, redactor))
+    windows = [_redact_window(w, redactor) for w in windows]
+    notes.extend(_notes(events, results, v, vis.reason, info.generation))
+    stats = _scan_stats(results, logs, proms)
+    report = Report(
+        verdict=v,
+        lever=lever,
+        windows=tuple(windows),
+        engine=info,
+        stats=stats,
+        thresholds=opts.thresholds.as_dict(),
+        window_seconds=opts.window_seconds,
+        notes=tuple(notes),
+        tool_version=__version__,
+    )
+    return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
+
+
+def _read_text(src: Source) -> str:
+    from preemptdiag.sources import open_binary
+
+    with open_binary(src) as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def exit_code(v: Verdict, opts: Options) -> int:
+    if not v.evidence_found:
+        return 2 if opts.strict else 0
+    return 1 if v.cls in opts.fail_on else 0
+
+
+def _scan_stats(
+    results: Sequence[ScanResult], logs: Sequence[Source], proms: Sequence[Source]
+) -> ScanStats:
+    recognised: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    for r in results:
+        recognised.update(r.recognised)
+        skipped.update(r.skipped)
+    if proms:
+        recognised["prometheus scrape files"] += len(proms)
+    return ScanStats(
+        files=tuple(s.name for s in (*logs, *proms)),
+        lines_read=sum(r.lines_read for r in results),
+        bytes_read=sum(r.bytes_read for r in results),
+        recognised=dict(sorted(recognised.items())),
+        skipped=dict(sorted(skipped.items())),
+    )
+
+
+def _notes(
+    events: Sequence[Event],
+    results: Sequence[ScanResult],
+    v: Verdict,
+    visibility: str,
+    generation: str | None,
+) -> list[str]:
+    notes: list[str] = []
+    if any(e.lower_bound for e in events if e.kind is Kind.PREEMPTION):
+        notes.append(
+            "preemption counts marked + are lower bounds (sampled V0 warnings or lines "
+            "without a counter)"
+        )
+    if v.evidence_found and all(e.ts is None for e in events):
+        notes.append("no line carried a timestamp: the whole input is one window")
+    if generation == "v1" and not any(e.kind is Kind.PREEMPTION for e in events):
+        notes.append(f"preemption visibility: {visibility}")
+    total_lines = sum(r.lines_read for r in results)
+    if total_lines == 0:
+        notes.append("the input was empty")
+    return notes
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))

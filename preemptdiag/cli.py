@@ -1,0 +1,413 @@
+"""Command line: a thin typer layer over main(argv) -> int.
+
+Exit codes (identical in every format): 0 nothing at or above --fail-on; 1 findings
+at or above it; 2 usage or input error (one line on stderr); 3 internal error (a
+short paste-ready bug block on stderr). Heavy modules are imported inside commands
+so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import traceback
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from preemptdiag import __version__
+from preemptdiag.errors import DiagError
+
+app = typer.Typer(
+    name="preemptdiag",
+    help="Diagnose KV-cache preemption, CUDA OOM and host OOM incidents in vLLM/SGLang logs.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+sig_app = typer.Typer(help="List and test line signatures.", no_args_is_help=True)
+app.add_typer(sig_app, name="signatures")
+
+FORMATS = ("terminal", "markdown", "json", "sarif")
+
+
+def _width() -> int:
+    import shutil
+
+    return max(80, min(shutil.get_terminal_size((100, 24)).columns, 160))
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        typer.echo(f"preemptdiag {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_cb, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """preemptdiag: which of preemption, CUDA OOM or host OOM hit you, and the one lever to pull."""
+
+
+def _want_color(choice: str, stream: Any) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _parse_time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    from preemptdiag.timeparse import parse_any, parse_iso
+
+    dt = parse_iso(text) or parse_any(text)
+    if dt is None:
+        raise DiagError(f"{flag}: not a date/time: {text!r} (use ISO 8601, e.g. 2025-08-19T18:30:00Z)")
+    return dt
+
+
+def _parse_tz(text: str | None) -> Any:
+    from datetime import UTC, timedelta, timezone
+
+    if text is None or text.upper() in ("UTC", "Z"):
+        return UTC
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-").replace(":", "")
+    if len(body) == 4 and body.isdigit():
+        return timezone(sign * timedelta(hours=int(body[:2]), minutes=int(body[2:])))
+    try:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(text)
+    except Exception:
+        raise DiagError(f"--tz: unknown time zone {text!r} (use UTC, +02:00 or Europe/Berlin)") from None
+
+
+def _progress_factory(enabled: bool) -> Any:
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from rich.progress import BarColumn, Progress, TransferSpeedColumn
+
+    def factory(total: int) -> Any:
+        if total < (32 << 20):
+            return None
+        prog = Progress(
+            "[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
+            transient=True, console=__import__("rich.console").console.Console(stderr=True),
+        )
+        prog.start()
+        task = prog.add_task("scanning", total=total)
+        done = [0]
+
+        def advance(n: int) -> None:
+            done[0] += n
+            prog.update(task, completed=done[0])
+            if done[0] >= total:
+                prog.stop()
+
+        return advance
+
+    return factory
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return
+    try:
+        output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise DiagError(f"cannot write {output}: {exc.strerror}") from None
+
+
+def _build_options(
+    files: list[str], window: str | None, fail_on: list[str] | None, signatures: Path | None,
+    year: int | None, tz: str | None, boot_time: str | None, since: str | None,
+    until: str | None, jobs: int | None, no_redact: bool, strict: bool, config: Path | None,
+) -> Any:
+    from preemptdiag.analyze import Options, default_jobs
+    from preemptdiag.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
+    from preemptdiag.events import TimeContext
+
+    cfg = load_config(config)
+    win = parse_duration(window or cfg.window or "60s")
+    if fail_on:
+        fo = parse_fail_on(fail_on)
+    elif cfg.fail_on is not None:
+        fo = parse_fail_on(list(cfg.fail_on))
+    else:
+        fo = DEFAULT_FAIL_ON
+    if jobs is not None and jobs < 1:
+        raise DiagError("--jobs must be at least 1")
+    return Options(
+        files=tuple(files),
+        window_seconds=win,
+        thresholds=cfg.thresholds,
+        fail_on=fo,
+        signatures_dir=signatures or cfg.signatures,
+        time=TimeContext(year=year, tz=_parse_tz(tz), boot_time=_parse_time(boot_time, "--boot-time")),
+        since=_parse_time(since, "--since"),
+        until=_parse_time(until, "--until"),
+        jobs=jobs if jobs is not None else default_jobs(),
+        redact=not no_redact,
+        strict=strict,
+    )
+
+
+FilesArg = Annotated[list[str], typer.Argument(help="Log files, .gz, Prometheus scrapes, or - for stdin.")]
+WindowOpt = Annotated[str | None, typer.Option("--window", help="Window size, e.g. 60s, 5m.")]
+FailOnOpt = Annotated[
+    list[str] | None,
+    typer.Option("--fail-on", help="Classes that make the exit code 1 (comma list; 'none').")]
+SigOpt = Annotated[Path | None, typer.Option("--signatures", help="Extra signature directory.")]
+YearOpt = Annotated[int | None, typer.Option("--year", help="Year for year-less vLLM stamps.")]
+TzOpt = Annotated[str | None, typer.Option("--tz", help="Zone of stamps without one (default UTC).")]
+BootOpt = Annotated[str | None, typer.Option("--boot-time", help="Boot time for dmesg uptime stamps.")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Ignore events before this time.")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Ignore events at/after this time.")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes (default: cores).")]
+NoRedactOpt = Annotated[bool, typer.Option("--no-redact", help="Do not redact secrets/prompts.")]
+StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 2 when no evidence is found.")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: search).")]
+
+
+@app.command()
+def analyze(
+    files: FilesArg,
+    fmt: Annotated[
+        list[str] | None,
+        typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
+    ] = None,
+    output: Annotated[
+        list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
+    ] = None,
+    window: WindowOpt = None,
+    fail_on: FailOnOpt = None,
+    signatures: SigOpt = None,
+    color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    year: YearOpt = None,
+    tz: TzOpt = None,
+    boot_time: BootOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    jobs: JobsOpt = None,
+    no_redact: NoRedactOpt = False,
+    strict: StrictOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Classify each time window and recommend the ONE lever to change next."""
+    from preemptdiag.analyze import run_analysis
+    from preemptdiag.render import Format, render
+    from preemptdiag.summary import verdict_line
+
+    formats = fmt or ["terminal"]
+    for f in formats:
+        if f not in FORMATS:
+            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
+    if color not in ("auto", "always", "never"):
+        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+    outputs = list(output or [])
+    if len(outputs) > len(formats):
+        raise DiagError("more --output files than --format values")
+    opts = _build_options(files, window, fail_on, signatures, year, tz, boot_time, since,
+                          until, jobs, no_redact, strict, config)
+    outcome = run_analysis(opts, progress=_progress_factory(not quiet))
+    if quiet:
+        _emit(verdict_line(outcome.report), None)
+        raise typer.Exit(outcome.exit_code)
+    for i, f in enumerate(formats):
+        dest = outputs[i] if i < len(outputs) else None
+        use_color = dest is None and _want_color(color, sys.stdout)
+        _emit(render(outcome.report, Format(f), color=use_color, width=_width()), dest)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def check(
+    files: FilesArg,
+    fail_on: FailOnOpt = None,
+    window: WindowOpt = None,
+    signatures: SigOpt = None,
+    year: YearOpt = None,
+    strict: StrictOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Pre-commit/CI mode: one verdict line per file, exit 1 if any file fails."""
+    from preemptdiag.analyze import run_analysis
+    from preemptdiag.summary import verdict_line
+
+    worst = 0
+    for f in files:
+        opts = _build_options([f], window, fail_on, signatures, year, None, None, None, None,
+                              1, False, strict, config)
+        outcome = run_analysis(opts)
+        _emit(f"{f}: {verdict_line(outcome.report)}", None)
+        worst = max(worst, outcome.exit_code)
+    raise typer.Exit(worst)
+
+
+@app.command()
+def explain(
+    topic: Annotated[str, typer.Argument(help="A class (e.g. thrash_loop) or a signature id.")],
+    signatures: SigOpt = None,
+) -> None:
+    """Runbook text for a class, or what a signature matches."""
+    from preemptdiag.explain import explain_topic
+
+    _emit(explain_topic(topic, signatures), None)
+
+
+@sig_app.command("list")
+def signatures_list(signatures: SigOpt = None) -> None:
+    """List every signature (id, kind, engine, versions)."""
+    from preemptdiag.signatures import load
+
+    for s in load(signatures):
+        _emit(f"{s.id:<44} {s.kind.value:<14} {s.engine:<7} {s.versions}", None)
+
+
+@sig_app.command("test")
+def signatures_test(
+    directory: Annotated[Path | None, typer.Argument(help="Directory (default: built-in).")] = None,
+) -> None:
+    """Run every embedded example; report failures and undeclared overlaps."""
+    from preemptdiag.signatures import check_examples, load, load_dir, overlaps
+
+    sigs = list(load_dir(directory)) if directory else list(load())
+    universe = list(load(directory)) if directory else sigs
+    bad = 0
+    for s in sigs:
+        for p in check_examples(s):
+            _emit(f"FAIL {s.id}: {p}", None)
+            bad += 1
+    mine = {s.id for s in sigs}
+    for a, b, line in overlaps(universe):
+        if a in mine:
+            _emit(f"OVERLAP {a} ~ {b}: {line[:100]}", None)
+            bad += 1
+    n_ex = sum(len(s.matches) + len(s.no_matches) for s in sigs)
+    _emit(f"{len(sigs)} signatures, {n_ex} examples, {bad} problem(s)", None)
+    raise typer.Exit(1 if bad else 0)
+
+
+@app.command()
+def compare(
+    before: Annotated[str, typer.Argument(help="Before capture: file(s), comma-separated.")],
+    after: Annotated[str, typer.Argument(help="After capture: file(s), comma-separated.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal|markdown|json")] = "terminal",
+    window: WindowOpt = None,
+    year: YearOpt = None,
+    signatures: SigOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Before/after a change: improved, regressed, moved into queueing, or inconclusive."""
+    from preemptdiag.compare import compare as do_compare
+    from preemptdiag.compare import exit_code, render_compare
+
+    if fmt not in ("terminal", "markdown", "json"):
+        raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")
+    opts = _build_options([before], window, None, signatures, year, None, None, None, None,
+                          1, False, False, config)
+    b = [p for p in before.split(",") if p]
+    a = [p for p in after.split(",") if p]
+    result = do_compare(b, a, opts)
+    _emit(render_compare(result, fmt), None)
+    raise typer.Exit(exit_code(result))
+
+
+
+@app.command()
+def budget(
+    model: Annotated[str | None, typer.Option("--model", help="Model name from the table.")] = None,
+    layers: Annotated[int | None, typer.Option("--layers")] = None,
+    kv_heads: Annotated[int | None, typer.Option("--kv-heads")] = None,
+    head_dim: Annotated[int | None, typer.Option("--head-dim")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="KV cache dtype: fp16, bf16, fp8...")] = "auto",
+    pool_gib: Annotated[float | None, typer.Option("--pool-gib", help="KV pool size, GiB.")] = None,
+    prompt: Annotated[float | None, typer.Option("--prompt", help="Prompt tokens/request.")] = None,
+    output: Annotated[float | None, typer.Option("--output", help="Output tokens/request.")] = None,
+    prompt_p95: Annotated[float | None, typer.Option("--prompt-p95")] = None,
+    output_p95: Annotated[float | None, typer.Option("--output-p95")] = None,
+    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the pool to plan for.")] = 0.9,
+    from_log: Annotated[
+        list[str] | None,
+        typer.Option("--from-log", help="Take KV tokens from this log's start-up lines."),
+    ] = None,
+) -> None:
+    """KV budget: bytes per token, max live tokens, sustainable concurrency, --max-num-seqs."""
+    from preemptdiag import budget as b
+
+    if not 0 < headroom <= 1:
+        raise DiagError("--headroom must be in (0, 1]")
+    if from_log:
+        from preemptdiag.analyze import Options, run_analysis
+        from preemptdiag.knobs import read_facts
+
+        outcome = run_analysis(Options(files=tuple(from_log), jobs=1))
+        facts = read_facts(outcome.events)
+        if not facts.kv_tokens:
+            raise DiagError(
+                "no KV capacity line in the log (`GPU KV cache size: N tokens`, "
+                "`# GPU blocks: N`, SGLang `max_total_num_tokens=N`)"
+            )
+        p = prompt_p95 if prompt_p95 is not None else prompt
+        o = output_p95 if output_p95 is not None else output
+        if p is None or o is None:
+            raise DiagError("give --prompt and --output (or the -p95 forms) with --from-log")
+        result = b.budget_from_tokens(
+            facts.kv_tokens, p, o, headroom, source=facts.kv_tokens_how or "log start-up lines"
+        )
+    else:
+        result = b.budget_main(b.BudgetArgs(
+            model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
+            pool_gib=pool_gib, prompt=prompt, output=output, prompt_p95=prompt_p95,
+            output_p95=output_p95, headroom=headroom,
+        ))
+    _emit(b.format_budget(result), None)
+
+def _bug_block(exc: BaseException) -> str:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    return (
+        "preemptdiag: internal error (exit 3). Please report this block:\n"
+        f"```\npreemptdiag {__version__}, Python {platform.python_version()}, {platform.system()}\n"
+        f"{tb}```"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=args, prog_name="preemptdiag", standalone_mode=True)
+    except SystemExit as exc:  # typer/click end every run with one, carrying the code
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    except DiagError as exc:
+        sys.stderr.write(f"preemptdiag: error: {exc.message}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("preemptdiag: interrupted\n")
+        return 2
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # the one place that turns bugs into exit 3
+        sys.stderr.write(_bug_block(exc) + "\n")
+        return 3
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""`preemptdiag compare BEFORE AFTER`: did the one change help?
+
+Each side is one capture (a log and/or /metrics scrapes, comma-separated). The
+verdict follows the seeds' stepped comparison: fewer preemptions is only an
+improvement if completed work did not fall and the cost did not just move into the
+admission queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+
+from preemptdiag.analyze import Options, Outcome, run_analysis
+from preemptdiag.knobs import read_facts
+from preemptdiag.records import Kind
+
+
+class Change(StrEnum):
+    IMPROVED = "improved"
+    REGRESSED = "regressed"
+    MOVED_TO_QUEUEING = "moved_to_queueing"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    files: tuple[str, ...]
+    verdict: str
+    minutes: float | None
+    preemptions: float
+    preemptions_per_min: float | None
+    kv_mean: float | None
+    kv_max: float | None
+    waiting_mean: float | None
+    waiting_max: int | None
+    prompt_tput: float | None
+    gen_tput: float | None
+    completed: float | None
+    knobs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    before: Side
+    after: Side
+    changed_knobs: dict[str, tuple[str | None, str | None]]
+    change: Change
+    why: str
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(outcome: Outcome, files: Sequence[str]) -> Side:
+    evs = outcome.events
+    stats = [e for e in evs if e.kind is Kind.STATS]
+    times = [e.ts for e in evs if e.ts is not None]
+    minutes = (max(times) - min(times)).total_seconds() / 60.0 if len(times) > 1 else None
+    pre = float(sum(e.preemptions for e in evs))
+
+    def vals(key: str) -> list[float]:
+        return [float(v) for e in stats if isinstance(v := e.fields.get(key), int | float)]
+
+    kv = vals("kv_usage")
+    waiting = vals("waiting")
+    completed = None
+    succ = [e for e in evs if e.sig == "prometheus.request_success_total"]
+    if len(succ) >= 2:
+        a, b = succ[0].fields.get("value"), succ[-1].fields.get("value")
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            completed = float(b) - float(a)
+    return Side(
+        files=tuple(files),
+        verdict=outcome.report.verdict.cls.value,
+        minutes=round(minutes, 2) if minutes else None,
+        preemptions=pre,
+        preemptions_per_min=round(pre / minutes, 2) if minutes else None,
+        kv_mean=_mean(kv),
+        kv_max=max(kv) if kv else None,
+        waiting_mean=_mean(waiting),
+        waiting_max=int(max(waiting)) if waiting else None,
+        prompt_tput=_mean(vals("prompt_tput")),
+        gen_tput=_mean(vals("gen_tput")),
+        completed=completed,
+        knobs=dict(read_facts(evs).knobs),
+    )
+
+
+def _judge(b: Side, a: Side) -> tuple[Change, str]:
+    failing = ("thrash_loop", "allocation_failure", "host_pressure")
+    if a.verdict in failing and b.verdict not in failing:
+        return Change.REGRESSED, f"after shows {a.verdict}, before did not"
+    bp, ap = b.preemptions_per_min, a.preemptions_per_min
+    if bp is None or ap is None:
+        return Change.INCONCLUSIVE, "one side has no time span to compute a rate from"
+    gen_drop = (
+        b.gen_tput is not None and a.gen_tput is not None and a.gen_tput < 0.9 * b.gen_tput
+    )
+    queue_up = (
+        (a.waiting_mean or 0.0) > 2.0 * max(b.waiting_mean or 0.0, 1.0)
+    )
+    if ap < bp * 0.5 or (bp > 0 and ap == 0):
+        if gen_drop and queue_up:
+            return (
+                Change.MOVED_TO_QUEUEING,
+                f"preemptions {bp:g}/min -> {ap:g}/min, but Waiting mean "
+                f"{b.waiting_mean or 0:.1f} -> {a.waiting_mean or 0:.1f} and generation "
+                f"throughput fell {b.gen_tput:.0f} -> {a.gen_tput:.0f} tok/s",
+            )
+        if gen_drop:
+            return (
+                Change.INCONCLUSIVE,
+                f"preemptions fell ({bp:g} -> {ap:g}/min) but generation throughput fell too; "
+                "compare completed requests and p99 end-to-end latency",
+            )
+        return (
+            Change.IMPROVED,
+            f"preemptions {bp:g}/min -> {ap:g}/min with generation throughput "
+            f"{_tok(b.gen_tput)} -> {_tok(a.gen_tput)} tok/s",
+        )
+    if ap > bp * 1.5 and ap > 0:
+        return Change.REGRESSED, f"preemptions rose {bp:g}/min -> {ap:g}/min"
+    if gen_drop:
+        return Change.REGRESSED, (
+            f"generation throughput fell {_tok(b.gen_tput)} -> {_tok(a.gen_tput)} tok/s "
+            "without fewer preemptions")
+    return Change.INCONCLUSIVE, f"preemptions {bp:g}/min -> {ap:g}/min: no clear difference"
+
+
+def _tok(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f}"
+
+
+def compare(before: Sequence[str], after: Sequence[str], opts: Options) -> Comparison:
+    ob = run_analysis(replace(opts, files=tuple(before)))
+    oa = run_analysis(replace(opts, files=tuple(after)))
+    b, a = summarize(ob, before), summarize(oa, after)
+    changed = {
+        k: (b.knobs.get(k), a.knobs.get(k))
+        for k in sorted(set(b.knobs) | set(a.knobs))
+        if b.knobs.get(k) != a.knobs.get(k)
+    }
+    change, why = _judge(b, a)
+    if len(changed) > 1:
+        why += f" (note: {len(changed)} knobs changed; one change per experiment)"
+    return Comparison(before=b, after=a, changed_knobs=changed, change=change, why=why)
+
+
+_ROWS: tuple[tuple[str, str], ...] = (
+    ("verdict", "verdict"),
+    ("minutes of log", "minutes"),
+    ("preemptions", "preemptions"),
+    ("preemptions / min", "preemptions_per_min"),
+    ("KV usage mean %", "kv_mean"),
+    ("KV usage max %", "kv_max"),
+    ("Waiting mean", "waiting_mean"),
+    ("Waiting max", "waiting_max"),
+    ("prompt tok/s", "prompt_tput"),
+    ("generation tok/s", "gen_tput"),
+    ("completed requests", "completed"),
+)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return str(v)
+
+
+def render_compare(c: Comparison, fmt: str) -> str:
+    if fmt == "json":
+        data = {
+            "schema": "preemptdiag/compare",
+            "schema_version": 1,
+            "change": c.change.value,
+            "why": c.why,
+            "changed_knobs": {k: {"before": v[0], "after": v[1]} for k, v in c.changed_knobs.items()},
+            "before": asdict(c.before),
+            "after": asdict(c.after),
+        }
+        return json.dumps(data, indent=2)
+    knobs = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in c.changed_knobs.items()) or "none seen"
+    rows = [(label, _cell(getattr(c.before, attr)), _cell(getattr(c.after, attr)))
+            for label, attr in _ROWS]
+    if fmt == "markdown":
+        out = [f"### preemptdiag compare: {c.change.value}", "", f"- **why:** {c.why}",
+               f"- **knob changed:** {knobs}", "", "| | before | after |", "|---|---:|---:|"]
+        out += [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
+        return "\n".join(out) + "\n"
+    width = max(len(r[0]) for r in rows)
+    out = [f"compare: {c.change.value.upper()}", f"  why: {c.why}", f"  knob changed: {knobs}", ""]
+    out.append(f"  {'':<{width}}  {'before':>14}  {'after':>14}")
+    out += [f"  {r[0]:<{width}}  {r[1]:>14}  {r[2]:>14}" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def exit_code(c: Comparison) -> int:
+    return 1 if c.change in (Change.REGRESSED, Change.MOVED_TO_QUEUEING) else 0

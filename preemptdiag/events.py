@@ -1,0 +1,301 @@
+"""Hits -> events: resolve timestamps, assign replicas, count preemptions honestly.
+
+Counting rules (design.md section 2):
+- V0 warns only on preemption #1, #51, #101, ...: count from the cumulative counter
+  (deltas), never by counting warning lines; a counter that goes down is a restart.
+- V1 >= ~0.11.1 prints `Preemptions: N` per stats interval (omitted when zero).
+- SGLang retractions carry `#retracted_reqs: N`; each TP rank prints the same line, so
+  identical lines at the same second from different ranks count once.
+- Ray's `[repeated Nx across cluster]` stands for N more engines printing the line.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta, timezone
+
+from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind
+from preemptdiag.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+
+
+@dataclass(frozen=True, slots=True)
+class TimeContext:
+    year: int | None = None  # --year
+    tz: timezone = UTC  # --tz, for stamps that carry no zone
+    boot_time: datetime | None = None  # --boot-time, for dmesg uptime stamps
+
+
+@dataclass
+class _SourceClock:
+    """Per-source timestamp state: year tracking and the last wrapper date seen."""
+
+    years: YearTracker
+    mtime: datetime | None
+    last_date: datetime | None = None
+    day_offset: int = 0
+    last_clock: int | None = None
+
+
+def _wrapper_ts(tag: str, clock: _SourceClock, ctx: TimeContext) -> datetime | None:
+    kind, _, text = tag.partition("|")
+    if kind == "iso":
+        return parse_iso(text)
+    if kind == "sql":
+        dt = parse_iso(text)
+        return dt.replace(tzinfo=ctx.tz) if dt else None
+    if kind == "dmesg_t":
+        dt = parse_any(text)
+        return dt.replace(tzinfo=ctx.tz) if dt else None
+    if kind == "syslog":
+        month_day = text
+        month = datetime.strptime(month_day[:3], "%b").month
+        return parse_month_day(month_day, clock.years.resolve(month), ctx.tz)
+    if kind == "clock":
+        return _clock_ts(text, clock, ctx)
+    if kind == "uptime" and ctx.boot_time is not None:
+        return ctx.boot_time + timedelta(seconds=float(text))
+    return None
+
+
+def _clock_ts(text: str, clock: _SourceClock, ctx: TimeContext) -> datetime | None:
+    """`HH:MM:SS` alone: date it from the last dated line, else the file's mtime."""
+    try:
+        h, m, s = (int(x) for x in text.split(":"))
+    except ValueError:
+        return None
+    secs = h * 3600 + m * 60 + s
+    if clock.last_clock is not None and secs + 12 * 3600 < clock.last_clock:
+        clock.day_offset += 1  # passed midnight
+    clock.last_clock = secs
+    base = clock.last_date or clock.mtime or datetime(1970, 1, 1, tzinfo=UTC)
+    day = datetime(base.year, base.month, base.day, tzinfo=ctx.tz) + timedelta(days=clock.day_offset)
+    return day + timedelta(seconds=secs)
+
+
+def _engine_ts(text: str, clock: _SourceClock, ctx: TimeContext) -> datetime | None:
+    try:
+        month = int(text[:2])
+    except ValueError:
+        return None
+    return parse_month_day(text, clock.years.resolve(month), ctx.tz)
+
+
+def _base_year(hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext) -> int:
+    if ctx.year is not None:
+        return ctx.year
+    for h in hits:
+        if h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|")):
+            dt = _wrapper_ts(h.ts_wrapper, _SourceClock(YearTracker(1970), None), ctx)
+            if dt is not None:
+                return dt.year
+    return (mtime or datetime.now(tz=UTC)).year
+
+
+def resolve_times(
+    hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext
+) -> list[tuple[Hit, datetime | None]]:
+    """Timestamp every hit of one source (wrapper stamp wins: it has a date and zone)."""
+    clock = _SourceClock(YearTracker(_base_year(hits, mtime, ctx)), mtime)
+    out: list[tuple[Hit, datetime | None]] = []
+    for h in hits:
+        ts = _wrapper_ts(h.ts_wrapper, clock, ctx) if h.ts_wrapper else None
+        if ts is not None and h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|")):
+            clock.last_date = ts
+            clock.years.year = ts.year
+            clock.years.last_month = ts.month
+        if ts is None and h.ts_engine:
+            ts = _engine_ts(h.ts_engine, clock, ctx)
+        out.append((h, ts))
+    # Year-less stamps taken from mtime: a log cannot end after the file was written.
+    if ctx.year is None and mtime is not None:
+        dated = [t for h, t in out if t is not None and not _has_own_year(h)]
+        if dated and max(dated) > mtime + timedelta(days=2):
+            out = [
+                (h, _minus_year(t) if t is not None and not _has_own_year(h) else t)
+                for h, t in out
+            ]
+    # Lines with no stamp of their own inherit the previous line's (tracebacks, bare
+    # errors); the ones before the first stamp take the first.
+    first = next((t for _, t in out if t is not None), None)
+    filled: list[tuple[Hit, datetime | None]] = []
+    last = first
+    for h, t in out:
+        if t is not None:
+            last = t
+        filled.append((h, t if t is not None else last))
+    return filled
+
+
+def _has_own_year(h: Hit) -> bool:
+    return bool(h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|", "dmesg_t|")))
+
+
+def _minus_year(t: datetime) -> datetime:
+    try:
+        return t.replace(year=t.year - 1)
+    except ValueError:  # Feb 29
+        return t.replace(year=t.year - 1, day=28)
+
+
+def _replica(h: Hit) -> str:
+    if h.pod:
+        return h.pod
+    return h.source
+
+
+def _dedupe_ranks(pairs: list[tuple[Hit, datetime | None]]) -> list[tuple[Hit, datetime | None]]:
+    """The same record printed by several ranks/workers at the same second counts once."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[tuple[Hit, datetime | None]] = []
+    for h, t in pairs:
+        if h.kind in (Kind.STATS, Kind.CONFIG, Kind.CAPACITY):
+            out.append((h, t))
+            continue
+        # Ray hosts are separate engines: their ip is part of the identity.
+        host = h.proc.split("@", 1)[1] if h.proc and "@" in h.proc else None
+        key = (h.sig, t, host, tuple(sorted((k, str(v)) for k, v in h.fields.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((h, t))
+    return out
+
+
+def build_events(
+    hits_by_source: Iterable[tuple[Sequence[Hit], datetime | None]], ctx: TimeContext
+) -> list[Event]:
+    events: list[Event] = []
+    for hits, mtime in hits_by_source:
+        pairs = _dedupe_ranks(resolve_times(hits, mtime, ctx))
+        events.extend(_count_preemptions(pairs))
+    events.sort(key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.source, e.line))
+    return events
+
+
+def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Event]:
+    counters: dict[tuple[str, str], int] = {}
+    started: set[str] = set()  # replicas whose engine start is in the log
+    out: list[Event] = []
+    for h, ts in pairs:
+        replica = _replica(h)
+        n = 0
+        lower = False
+        f = h.fields
+        if h.kind in (Kind.CONFIG, Kind.CAPACITY):
+            # A new engine start resets the V0 counter.
+            started.add(replica)
+            for key in [k for k in counters if k[0] == replica]:
+                del counters[key]
+        if h.kind is Kind.PREEMPTION:
+            cum = f.get("cumulative")
+            count = f.get("count")
+            if isinstance(cum, int):
+                key = (replica, (h.proc or "").split("@")[-1] if h.proc and "@" in h.proc else "")
+                prev = counters.get(key)
+                if prev is None:
+                    # Before the first warning we cannot see how many came: #1 is exact;
+                    # a later number seen first is counted once, as a lower bound, unless
+                    # the engine start is in the log (then everything since start counts).
+                    if cum <= 1 or replica in started:
+                        n = cum
+                    else:
+                        n, lower = 1, True
+                elif cum >= prev:
+                    n = cum - prev
+                else:
+                    n = cum  # counter went down: engine restarted
+                counters[key] = max(cum, 0)
+            elif isinstance(count, int):
+                n = count
+            else:
+                n, lower = 1, True
+        elif h.kind is Kind.STATS:
+            p = f.get("preemptions")
+            if isinstance(p, int) and p > 0:
+                n = p
+            pr = f.get("preempted_reqs")
+            if isinstance(pr, int) and pr > 0 and n == 0:
+                n, lower = pr, True
+            r = f.get("retracted_reqs")
+            if isinstance(r, int) and r > 0 and n == 0:
+                n = r
+        kind = h.kind
+        if kind is Kind.CAPACITY and _no_kv_room(f):
+            # "# GPU blocks: 0" / a zero or negative KV size: start-up cannot serve.
+            kind = Kind.ALLOC_FAILURE
+            f = {**f, "subtype": "zero_blocks", "phase": "startup"}
+        out.append(
+            Event(
+                source=h.source,
+                line=h.line,
+                sig=h.sig,
+                kind=kind,
+                ts=ts,
+                fields=f,
+                text=h.text,
+                proc=h.proc,
+                replica=replica,
+                preemptions=n * max(h.repeat, 1),
+                lower_bound=lower,
+                repeat=h.repeat,
+            )
+        )
+    return out
+
+
+def _no_kv_room(f: Mapping[str, FieldValue]) -> bool:
+    for key in ("gpu_blocks", "kv_tokens"):
+        v = f.get(key)
+        if isinstance(v, int) and v <= 0:
+            return True
+    v = f.get("kv_gib")
+    return isinstance(v, float) and v <= 0
+
+
+def detect_engine(events: Sequence[Event]) -> EngineInfo:
+    engines: defaultdict[str, int] = defaultdict(int)
+    gens: defaultdict[str, int] = defaultdict(int)
+    version: str | None = None
+    for e in events:
+        eng = e.fields.get("engine")
+        if isinstance(eng, str) and eng in ("vllm", "sglang"):
+            engines[eng] += 1
+        elif e.sig.startswith("vllm."):
+            engines["vllm"] += 1
+        elif e.sig.startswith("sglang."):
+            engines["sglang"] += 1
+        gen = e.fields.get("generation")
+        if isinstance(gen, str) and gen in ("v0", "v1"):
+            gens[gen] += 1
+        v = e.fields.get("version")
+        if isinstance(v, str) and v and version is None:
+            version = v.lstrip("v")
+    engine = max(engines, key=lambda k: engines[k]) if engines else "unknown"
+    generation = max(gens, key=lambda k: gens[k]) if gens and engine == "vllm" else None
+    if generation is None and engine == "vllm" and version:
+        generation = "v1" if _version_tuple(version) >= (0, 8, 0) else "v0"
+    return EngineInfo(engine=engine, generation=generation, version=version)
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for p in v.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not p.isdigit():
+            break
+    return tuple(parts)
+
+
+def version_at_least(info: EngineInfo, *want: int) -> bool | None:
+    if not info.version:
+        return None
+    return _version_tuple(info.version) >= want
+
+
+def with_text(e: Event, text: str) -> Event:
+    return replace(e, text=text)

@@ -1,0 +1,58 @@
+"""`preemptdiag explain CLASS|SIGNATURE-ID`: runbook text from the same data the
+rules and signatures use."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from preemptdiag.config import Thresholds
+from preemptdiag.errors import DiagError
+from preemptdiag.records import Class
+from preemptdiag.runbook import DOCS
+from preemptdiag.signatures import load
+
+
+def explain_class(cls: Class) -> str:
+    d = DOCS[cls]
+    thr = asdict(Thresholds())
+    levers = "\n".join(f"  {i}. {lv}" for i, lv in enumerate(d.levers, 1))
+    return (
+        f"{cls.value}: {d.title}\n\n"
+        f"Mechanism:\n  {d.mechanism}\n\n"
+        f"How to confirm:\n  {d.confirm}\n\n"
+        f"Lever order (the report picks the first that applies):\n{levers}\n\n"
+        f"How to verify:\n  {d.verify}\n\n"
+        f"What not to do:\n  {d.do_not}\n\n"
+        f"Default thresholds: " + ", ".join(f"{k}={v}" for k, v in thr.items())
+    )
+
+
+def explain_signature(sig_id: str, user_dir: Path | None) -> str | None:
+    for s in load(user_dir):
+        if s.id == sig_id:
+            ex = "\n".join(f"  + {e.line}" for e in s.matches[:3])
+            nx = "\n".join(f"  - {line}" for line in s.no_matches[:3])
+            return (
+                f"{s.id} ({s.kind.value}, {s.engine}, {s.versions or 'all versions'})\n\n"
+                f"{s.description}\n\n"
+                f"Prefilter: {', '.join(repr(p) for p in s.prefilter)}\n"
+                f"Pattern: {s.pattern}\n\nMatches:\n{ex}\n\nDoes not match:\n{nx}\n"
+                f"\nDefined in {s.path}"
+            )
+    return None
+
+
+def explain_topic(topic: str, user_dir: Path | None = None) -> str:
+    try:
+        return explain_class(Class(topic))
+    except ValueError:
+        pass
+    text = explain_signature(topic, user_dir)
+    if text is not None:
+        return text
+    classes = ", ".join(c.value for c in Class)
+    raise DiagError(
+        f"unknown topic {topic!r}: give a class ({classes}) or a signature id "
+        "(see `preemptdiag signatures list`)"
+    )

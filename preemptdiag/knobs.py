@@ -1,0 +1,115 @@
+"""What the log says about the engine's configuration and KV capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import regex
+
+from preemptdiag.records import Event, Kind
+
+# Knobs the levers talk about, in vLLM and SGLang spelling.
+KNOBS = (
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "swap_space",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "block_size",
+    "enable_chunked_prefill",
+    "tensor_parallel_size",
+    "kv_cache_dtype",
+    "max_running_requests",
+    "mem_fraction_static",
+    "schedule_conservativeness",
+    "chunked_prefill_size",
+)
+_KNOB_RX = {
+    k: regex.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)""") for k in KNOBS
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Configuration and capacity read from start-up lines (last value wins)."""
+
+    knobs: dict[str, str] = field(default_factory=dict)
+    knob_lines: dict[str, Event] = field(default_factory=dict)
+    kv_tokens: int | None = None
+    kv_tokens_line: Event | None = None
+    kv_tokens_how: str = ""
+    max_concurrency: float | None = None
+    concurrency_len: int | None = None
+    concurrency_line: Event | None = None
+
+    def knob_int(self, name: str) -> int | None:
+        v = self.knobs.get(name)
+        try:
+            return int(v) if v is not None else None
+        except ValueError:
+            return None
+
+    def knob_float(self, name: str) -> float | None:
+        v = self.knobs.get(name)
+        try:
+            return float(v) if v is not None else None
+        except ValueError:
+            return None
+
+
+def read_facts(events: Sequence[Event]) -> Facts:
+    knobs: dict[str, str] = {}
+    knob_lines: dict[str, Event] = {}
+    kv_tokens = None
+    kv_line = None
+    how = ""
+    blocks: tuple[int, Event] | None = None
+    conc = None
+    conc_len = None
+    conc_line = None
+    for e in events:
+        f = e.fields
+        if e.kind is Kind.CONFIG:
+            args = f.get("args")
+            text = args if isinstance(args, str) else e.text
+            for k, rx in _KNOB_RX.items():
+                m = rx.search(text)
+                if m and m.group("v") not in ("None", "null"):
+                    knobs[k] = m.group("v")
+                    knob_lines[k] = e
+            msl = f.get("max_seq_len")
+            if isinstance(msl, int) and "max_model_len" not in knobs:
+                knobs["max_model_len"] = str(msl)
+                knob_lines["max_model_len"] = e
+        elif e.kind is Kind.CAPACITY:
+            if isinstance(f.get("kv_tokens"), int):
+                kv_tokens, kv_line = int(f["kv_tokens"]), e  # type: ignore[arg-type]
+                how = "start-up KV token count"
+            gb = f.get("gpu_blocks")
+            if isinstance(gb, int):
+                blocks = (gb, e)
+            if isinstance(f.get("max_concurrency"), float | int):
+                conc = float(f["max_concurrency"])  # type: ignore[arg-type]
+                conc_line = e
+                ml = f.get("max_model_len")
+                conc_len = int(ml) if isinstance(ml, int) else None
+            for k in ("max_running_requests", "context_len", "chunked_prefill_size"):
+                v = f.get(k)
+                if isinstance(v, int):
+                    knobs[k] = str(v)
+                    knob_lines[k] = e
+    if kv_tokens is None and blocks is not None and blocks[0] > 0:
+        bs = int(knobs.get("block_size", "16")) if knobs.get("block_size", "16").isdigit() else 16
+        kv_tokens, kv_line = blocks[0] * bs, blocks[1]
+        how = f"# GPU blocks {blocks[0]:,} x block size {bs}"
+    return Facts(
+        knobs=knobs,
+        knob_lines=knob_lines,
+        kv_tokens=kv_tokens,
+        kv_tokens_line=kv_line,
+        kv_tokens_how=how,
+        max_concurrency=conc,
+        concurrency_len=conc_len,
+        concurrency_line=conc_line,
+    )

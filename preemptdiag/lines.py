@@ -1,0 +1,158 @@
+"""Normalise one physical line: peel wrappers, strip ANSI, find its timestamps.
+
+Runs only on candidate lines (those the prefilter picked), so clarity beats speed
+here; the hot loop never calls it for the bulk of a log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import regex
+
+# Real escapes and the syslog-mangled "#033[" form (corpus 018).
+_ANSI = regex.compile(r"(?:\x1b|#033)\[[0-9;?]*[A-Za-z]")
+
+# Outer wrappers, tried in order at the start of the line. Each yields a timestamp
+# that carries a date (and often a zone), which vLLM's own "MM-DD HH:MM:SS" lacks.
+_RFC3339 = regex.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r"(?:\s+(?:stdout|stderr)\s+[FP])?\s+"
+)
+_K8S_PREFIX = regex.compile(r"\[(?P<pod>pod/[^\]\s]+)\]\s+")
+_BRACKET_FULL = regex.compile(
+    r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<rank>(?: [A-Z_]+\d+)*)\]\s?"
+)
+_BRACKET_TIME = regex.compile(r"\[(?P<ts>\d\d:\d\d:\d\d)(?P<rank>(?: [A-Z_]+\d+)*)\]\s")
+_PIPE_FULL = regex.compile(r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s+\|\s+")
+_DMESG_T = regex.compile(r"\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
+_DMESG_UPTIME = regex.compile(r"\[\s*(?P<up>\d+\.\d+)\]\s?")
+_SYSLOG = regex.compile(
+    r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+(?P<host>\S+)\s+(?P<prog>[^\s:\[]+)(?:\[\d+\])?:\s"
+)
+_QUOTE = regex.compile(r"(?:>\s?)+")
+
+ENGINE_TS = regex.compile(
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)"
+)
+_PROC = regex.compile(r"\((?P<name>[^()\n]{1,80}?) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.:a-f]+))?\)")
+_REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]")
+_SGLANG_RANK = regex.compile(r"(?:DP\d+ )?(?:PP\d+ )?TP\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    text: str  # normalised text the signatures search
+    ts_wrapper: str | None  # dated timestamp from a wrapper, as text
+    ts_kind: str | None  # how to parse ts_wrapper: iso, sql, dmesg_t, syslog, clock, uptime
+    pod: str | None  # kubectl --prefix pod
+    rank: str | None  # SGLang "TP3" style rank
+
+
+def _peel_json(s: str) -> tuple[str, str | None]:
+    """Docker json-file records: {"log": "...\\n", "stream": ..., "time": ...}."""
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        return s, None
+    if not isinstance(obj, dict) or not isinstance(obj.get("log"), str):
+        return s, None
+    t = obj.get("time")
+    return obj["log"].rstrip("\r\n"), t if isinstance(t, str) else None
+
+
+def normalise(raw: str) -> Line:
+    s = raw.rstrip("\r\n")
+    if "\x1b" in s or "#033[" in s:
+        s = _ANSI.sub("", s)
+    ts: str | None = None
+    kind: str | None = None
+    pod: str | None = None
+    rank: str | None = None
+    if s.startswith('{"'):
+        s, ts = _peel_json(s)
+        kind = "iso" if ts else None
+        if "\x1b" in s:
+            s = _ANSI.sub("", s)
+    m = _K8S_PREFIX.match(s)
+    if m:
+        pod, s = m.group("pod"), s[m.end() :]
+    if ts is None:
+        for rx, k in (
+            (_RFC3339, "iso"),
+            (_BRACKET_FULL, "sql"),
+            (_PIPE_FULL, "sql"),
+            (_DMESG_T, "dmesg_t"),
+            (_SYSLOG, "syslog"),
+            (_BRACKET_TIME, "clock"),
+            (_DMESG_UPTIME, "uptime"),
+        ):
+            m = rx.match(s)
+            if m:
+                ts = m.group("ts") if "ts" in m.re.groupindex else m.group("up")
+                kind = k
+                if "rank" in m.re.groupindex and m.group("rank"):
+                    rank = m.group("rank").strip()
+                s = s[m.end() :]
+                # journald/syslog may wrap a dmesg uptime: keep the dated one.
+                if k in ("iso", "syslog"):
+                    m2 = _DMESG_UPTIME.match(s)
+                    if m2:
+                        s = s[m2.end() :]
+                break
+    if s.startswith(">"):
+        m = _QUOTE.match(s)
+        if m:
+            s = s[m.end() :]
+    if "\r" in s:
+        # vLLM's multi-line records end each piece in \r; tqdm redraws with \r.
+        s = s.replace("\r", " ")
+    return Line(text=s, ts_wrapper=ts, ts_kind=kind, pod=pod, rank=rank)
+
+
+def engine_ts_before(text: str, pos: int) -> str | None:
+    """The last vLLM "MM-DD HH:MM:SS" timestamp at or before pos (glued records)."""
+    last = None
+    for m in ENGINE_TS.finditer(text, 0, pos + 1 if pos < len(text) else len(text)):
+        last = m
+    return f"{last.group('md')} {last.group('hms')}" if last else None
+
+
+_RECORD_START = regex.compile(
+    r"(?:\([^()\n]{1,80}? pid=\d+(?:, ip=[\d.:a-f]+)?\) )*"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+)
+
+
+def record_text(text: str, start: int, end: int) -> str:
+    """The one record holding text[start:end]: drops tqdm bars glued in front and
+    further records glued behind (pastes without newlines)."""
+    lo = 0
+    for m in _RECORD_START.finditer(text, 0, start + 1):
+        lo = m.start()
+    nxt = _RECORD_START.search(text, end)
+    hi = nxt.start() if nxt else len(text)
+    return text[lo:hi]
+
+
+def proc_before(text: str, pos: int) -> str | None:
+    last = None
+    for m in _PROC.finditer(text, 0, max(pos, 0)):
+        last = m
+    if last is None:
+        return None
+    name = last.group("name")
+    ip = last.group("ip")
+    return f"{name}@{ip}" if ip else name
+
+
+def repeat_count(text: str) -> int:
+    m = _REPEATED.search(text)
+    return int(m.group("n")) if m else 1
+
+
+def sglang_rank(rank: str | None) -> str | None:
+    if rank and _SGLANG_RANK.fullmatch(rank):
+        return rank
+    return None

@@ -1,0 +1,445 @@
+"""Prometheus `/metrics` scrapes as inputs: the counter V1 logs never print.
+
+A file is one scrape (`curl -s :8000/metrics > t1.prom`) or several concatenated
+ones, each preceded by a timestamp line (`# scrape_time: 2025-08-19T18:34:30Z`, or a
+bare `date -u`/`date -Is`/`date +%s` line from a shell loop) or carrying the
+exposition format's per-sample millisecond timestamps. The exposition itself is
+parsed by prometheus_client's parser; this module only cuts the file into scrapes
+and turns metric names of each engine generation into one set of quantities.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+from dateutil import parser as dateutil_parser
+from prometheus_client.parser import text_string_to_metric_families
+
+from preemptdiag.errors import DiagError
+
+# (quantity, how label sets combine, candidate names in order of preference, scale).
+# The first candidate present wins, so a build exposing both a deprecated and its
+# replacement name (vLLM ~v0.9.2-v0.11 has gpu_ and kv_cache_usage_perc) is not
+# counted twice. Usage gauges are fractions 0-1; the scale makes them percent.
+_SUM, _MAX = "sum", "max"
+_QUANTITIES: tuple[tuple[str, str, tuple[str, ...], float], ...] = (
+    (
+        "preemptions_total",
+        _SUM,
+        (
+            "vllm:num_preemptions_total",
+            "vllm:num_preemptions",  # declared without _total and exposed untyped
+            "sglang:num_retracted_requests_total",  # >= v0.5.7
+            "sglang:total_retracted_reqs",  # v0.4.10 - v0.5.2, a gauge
+            "sglang:total_retracted_reqs_total",  # the same if typed as a counter
+        ),
+        1.0,
+    ),
+    (
+        "kv_usage_perc",
+        _MAX,  # the fullest engine is the one that preempts
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+        100.0,
+    ),
+    ("cpu_kv_usage_perc", _MAX, ("vllm:cpu_cache_usage_perc",), 100.0),
+    ("running", _SUM, ("vllm:num_requests_running", "sglang:num_running_reqs"), 1.0),
+    ("waiting", _SUM, ("vllm:num_requests_waiting", "sglang:num_queue_reqs"), 1.0),
+    ("swapped", _SUM, ("vllm:num_requests_swapped",), 1.0),
+    ("prompt_tokens_total", _SUM, ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"), 1.0),
+    (
+        "generation_tokens_total",
+        _SUM,
+        ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+        1.0,
+    ),
+    (
+        "request_success_total",
+        _SUM,
+        # SGLang counts num_requests_total when a request finishes.
+        ("vllm:request_success_total", "sglang:num_requests_total"),
+        1.0,
+    ),
+    # Restarts reset counters; a changed start time says so even when a counter
+    # has already climbed past its old value.
+    ("process_start_time_seconds", _MAX, ("process_start_time_seconds",), 1.0),
+)
+
+# (prefix of the value keys, histogram base names, quantiles to estimate).
+_HISTOGRAMS: tuple[tuple[str, tuple[str, ...], tuple[float, ...]], ...] = (
+    (
+        "e2e",
+        ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+        (0.5, 0.95),
+    ),
+    (
+        "ttft",
+        ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+        (0.95,),
+    ),
+)
+
+# Lines that stamp the scrape that follows them. Comments are ignored by the
+# parser anyway; bare date lines would not parse, so they are cut out first.
+_TS_COMMENT = re.compile(
+    r"#\s*(?:scrape[_ -]?time|scraped[_ -]at|timestamp|time|date)\s*[:=]\s*(?P<ts>\S.*?)\s*",
+    re.IGNORECASE,
+)
+_TS_BARE = re.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\s?(?:Z|UTC|[+-]\d\d:?\d\d)?"
+    r"|\d{10}(?:\.\d+)?|\d{13}"
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? [^#{}=]*\d\d:\d\d:\d\d[^#{}=]*)"
+)
+_COUNTERS = (
+    "preemptions_total",
+    "request_success_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+)
+_HELP_TYPE = re.compile(r"# (?:HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]*(?:\s|$)")
+_SNIFF_LINES = 50
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics scrape reduced to engine-independent quantities.
+
+    `values` holds only what the scrape exposed: a missing key means the metric was
+    absent (older/newer build), not zero.
+    """
+
+    source: str
+    ts: datetime | None
+    engine: str  # "vllm" | "sglang" | "unknown"
+    values: Mapping[str, float] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class ScrapeDelta:
+    """What happened between two consecutive scrapes."""
+
+    start: Scrape
+    end: Scrape
+    seconds: float | None
+    preemptions: float | None
+    preemptions_per_min: float | None
+    completed: float | None
+    prompt_tokens: float | None
+    generation_tokens: float | None
+    counter_reset: bool
+
+
+@dataclass(frozen=True)
+class _Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    ts: float | None  # unix seconds
+
+
+def looks_like_prometheus(first_chunk: bytes) -> bool:
+    """True when the head of an input is text exposition rather than a log."""
+    text = first_chunk.decode("utf-8", errors="replace").lstrip("\ufeff")
+    lines = text.splitlines()
+    if len(lines) > 1 and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]  # the chunk may have cut its last line in half
+    body = [s for s in (ln.strip() for ln in lines) if s and _marker_text(s) is None]
+    body = body[:_SNIFF_LINES]
+    if not body:
+        return False
+    if _HELP_TYPE.match(body[0]):
+        return True
+    # No HELP/TYPE (hand-trimmed or `grep vllm: metrics`): every line must parse, and
+    # more than one sample keeps a stray `word 5` line from passing as a scrape.
+    try:
+        n = sum(len(fam.samples) for fam in text_string_to_metric_families("\n".join(body)))
+    except Exception:  # the parser raises assorted types on non-exposition text
+        return False
+    return n > 1
+
+
+def parse_scrapes(text: str, source: str, default_ts: datetime | None) -> list[Scrape]:
+    """Split a file into scrapes and reduce each one. `default_ts` (the file's mtime)
+    stamps scrapes that carry no timestamp of their own."""
+    scrapes: list[Scrape] = []
+    for first_line, marker_ts, block in _blocks(text, source):
+        samples = _parse_block(block, source, first_line)
+        for group in _split_repeats(samples):
+            stamps = [s.ts for s in group if s.ts is not None]
+            if stamps:
+                ts: datetime | None = datetime.fromtimestamp(max(stamps), tz=UTC)
+            else:
+                ts = marker_ts or default_ts
+            scrapes.append(_reduce(group, source, ts))
+    return scrapes
+
+
+def deltas(scrapes: Sequence[Scrape]) -> list[ScrapeDelta]:
+    """Counter increases between consecutive scrapes, Prometheus increase() style:
+    a counter that went down restarted from zero, so its increase is its new value."""
+    if all(s.ts is not None for s in scrapes):
+        ordered = sorted(scrapes, key=lambda s: s.ts or datetime.min.replace(tzinfo=UTC))
+    else:
+        ordered = list(scrapes)  # file order is the best guess without times
+    out: list[ScrapeDelta] = []
+    for a, b in itertools.pairwise(ordered):
+        seconds = (b.ts - a.ts).total_seconds() if a.ts is not None and b.ts is not None else None
+        restarted = _restarted(a, b)
+        incs = {
+            key: _increase(a.values.get(key), b.values.get(key), restarted) for key in _COUNTERS
+        }
+        pre = incs["preemptions_total"][0]
+        out.append(
+            ScrapeDelta(
+                start=a,
+                end=b,
+                seconds=seconds,
+                preemptions=pre,
+                preemptions_per_min=pre / seconds * 60.0 if pre is not None and seconds else None,
+                completed=incs["request_success_total"][0],
+                prompt_tokens=incs["prompt_tokens_total"][0],
+                generation_tokens=incs["generation_tokens_total"][0],
+                counter_reset=any(reset for _, reset in incs.values()),
+            )
+        )
+    return out
+
+
+def summarize(scrapes: Sequence[Scrape]) -> dict[str, object]:
+    """A small JSON-able summary for the report."""
+    ds = deltas(scrapes)
+    ordered = [ds[0].start, *(d.end for d in ds)] if ds else list(scrapes)
+    first, last = (ordered[0], ordered[-1]) if ordered else (None, None)
+    span = None
+    if first and last and first.ts is not None and last.ts is not None:
+        span = (last.ts - first.ts).total_seconds()
+    pre = _sum_known(d.preemptions for d in ds)
+    return {
+        "scrapes": len(scrapes),
+        "engine": last.engine if last else "unknown",
+        "span_seconds": span,
+        "preemptions": pre,
+        "preemptions_per_min": pre / span * 60.0 if pre is not None and span else None,
+        "preemptions_total_last": last.values.get("preemptions_total") if last else None,
+        "counter_reset": any(d.counter_reset for d in ds),
+        "kv_usage_max": _max_known(s.values.get("kv_usage_perc") for s in ordered),
+        "waiting_max": _max_known(s.values.get("waiting") for s in ordered),
+        "completed": _sum_known(d.completed for d in ds),
+        "e2e_p95_last": last.values.get("e2e_p95") if last else None,
+    }
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile on cumulative (upper bound, count) buckets:
+    linear interpolation inside the bucket holding the rank; None where PromQL
+    gives NaN (no +Inf bucket, no observations)."""
+    if not 0.0 <= q <= 1.0 or len(buckets) < 2:
+        return None
+    bs = sorted(buckets)
+    if not math.isinf(bs[-1][0]):
+        return None
+    # Scrapes taken mid-update can be non-monotonic; PromQL evens them out too.
+    mono: list[tuple[float, float]] = []
+    top = 0.0
+    for le, c in bs:
+        top = max(top, c)
+        mono.append((le, top))
+    observations = mono[-1][1]
+    if observations == 0:
+        return None
+    rank = q * observations
+    b = next((i for i in range(len(mono) - 1) if mono[i][1] >= rank), len(mono) - 1)
+    if b == len(mono) - 1:
+        return mono[-2][0]
+    if b == 0 and mono[0][0] <= 0:
+        return mono[0][0]
+    start, end, count = 0.0, mono[b][0], mono[b][1]
+    if b > 0:
+        start = mono[b - 1][0]
+        count -= mono[b - 1][1]
+        rank -= mono[b - 1][1]
+    return start + (end - start) * (rank / count)
+
+
+# -- internals ---------------------------------------------------------------------
+
+
+def _marker_text(line: str) -> str | None:
+    m = _TS_COMMENT.fullmatch(line) or _TS_BARE.fullmatch(line)
+    return m.group("ts") if m else None
+
+
+def _parse_marker(text: str, source: str, lineno: int) -> datetime:
+    try:
+        if text.replace(".", "", 1).isdigit():
+            secs = float(text) / (1000.0 if len(text) == 13 else 1.0)
+            return datetime.fromtimestamp(secs, tz=UTC)
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            with warnings.catch_warnings():
+                # dateutil only warns on a zone name it does not know (PDT, CEST)
+                # and returns a naive time, which would silently shift the scrape.
+                warnings.simplefilter("error")
+                dt = dateutil_parser.parse(text)
+    except (ValueError, OverflowError, Warning):
+        raise DiagError(
+            f"{source}:{lineno}: cannot read scrape timestamp {text[:60]!r}; "
+            "use ISO-8601 (2025-08-19T18:34:30Z) or `date -u`"
+        ) from None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _blocks(text: str, source: str) -> list[tuple[int, datetime | None, str]]:
+    """Cut at timestamp lines: (first line number, stamp, exposition text)."""
+    lines = text.lstrip("\ufeff").splitlines()
+    out: list[tuple[int, datetime | None, str]] = []
+    start = 1
+    stamp: datetime | None = None
+    buf: list[str] = []
+    for i, line in enumerate(lines, start=1):
+        ts_text = _marker_text(line.strip())
+        if ts_text is None:
+            buf.append(line)
+            continue
+        if any(ln.strip() for ln in buf):
+            out.append((start, stamp, "\n".join(buf)))
+        start, stamp, buf = i + 1, _parse_marker(ts_text, source, i), []
+    if any(ln.strip() for ln in buf):
+        out.append((start, stamp, "\n".join(buf)))
+    return out
+
+
+def _parse_block(block: str, source: str, first_line: int) -> list[_Sample]:
+    try:
+        families = list(text_string_to_metric_families(block))
+    except Exception:  # the library raises bare ValueError/IndexError on bad text
+        lines = block.splitlines()
+        bad = _first_bad_line(lines)
+        raise DiagError(
+            f"{source}:{first_line + bad - 1}: not valid Prometheus text exposition: "
+            f"{lines[bad - 1].strip()[:80]!r}"
+        ) from None
+    out: list[_Sample] = []
+    for fam in families:
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue  # creation times of counters/histograms, not values
+            ts = float(s.timestamp) if s.timestamp is not None else None
+            out.append(_Sample(s.name, tuple(sorted(s.labels.items())), float(s.value), ts))
+    return out
+
+
+def _parses(text: str) -> bool:
+    try:
+        for _ in text_string_to_metric_families(text):
+            pass
+    except Exception:
+        return False
+    return True
+
+
+def _first_bad_line(lines: Sequence[str]) -> int:
+    """1-based line the parser chokes on (its errors do not say). The parser streams
+    line by line, so a prefix fails exactly when it contains that line: bisect."""
+    lo, hi = 1, len(lines)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _parses("\n".join(lines[:mid])):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _split_repeats(samples: Sequence[_Sample]) -> list[list[_Sample]]:
+    """Concatenated scrapes without separators: a series seen again starts the next
+    scrape (one exposition never repeats a series)."""
+    groups: list[list[_Sample]] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for s in samples:
+        key = (s.name, s.labels)
+        if not groups or key in seen:
+            groups.append([])
+            seen = set()
+        groups[-1].append(s)
+        seen.add(key)
+    return groups
+
+
+def _reduce(samples: Sequence[_Sample], source: str, ts: datetime | None) -> Scrape:
+    by_name: dict[str, list[_Sample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    values: dict[str, float] = {}
+    for key, how, names, scale in _QUANTITIES:
+        name = next((n for n in names if n in by_name), None)
+        if name is None:
+            continue
+        vals = [s.value for s in by_name[name]]
+        values[key] = (sum(vals) if how == _SUM else max(vals)) * scale
+    for prefix, bases, qs in _HISTOGRAMS:
+        base = next((b for b in bases if f"{b}_bucket" in by_name), None)
+        if base is None:
+            continue
+        if f"{base}_count" in by_name:
+            values[f"{prefix}_count"] = sum(s.value for s in by_name[f"{base}_count"])
+        if f"{base}_sum" in by_name:
+            values[f"{prefix}_sum"] = sum(s.value for s in by_name[f"{base}_sum"])
+        # Aggregate like histogram_quantile(q, sum by (le) (...)): engines and models
+        # pooled into one distribution.
+        pooled: dict[float, float] = {}
+        for s in by_name[f"{base}_bucket"]:
+            le = dict(s.labels).get("le")
+            if le is None:
+                continue
+            try:
+                bound = float(le)
+            except ValueError:
+                continue
+            pooled[bound] = pooled.get(bound, 0.0) + s.value
+        for q in qs:
+            est = histogram_quantile(q, list(pooled.items()))
+            if est is not None:
+                values[f"{prefix}_p{round(q * 100)}"] = est
+    return Scrape(source=source, ts=ts, engine=_engine(by_name), values=MappingProxyType(values))
+
+
+def _engine(names: Iterable[str]) -> str:
+    vllm = sglang = 0
+    for n in names:
+        vllm += n.startswith("vllm:")
+        sglang += n.startswith("sglang:")
+    if not vllm and not sglang:
+        return "unknown"
+    return "vllm" if vllm >= sglang else "sglang"
+
+
+def _increase(a: float | None, b: float | None, restarted: bool) -> tuple[float | None, bool]:
+    """(increase, was reset)."""
+    if a is None or b is None:
+        return None, False
+    if b < a or restarted:
+        return b, True
+    return b - a, False
+
+
+def _restarted(a: Scrape, b: Scrape) -> bool:
+    sa, sb = a.values.get("process_start_time_seconds"), b.values.get("process_start_time_seconds")
+    return sa is not None and sb is not None and sb > sa + 1.0
+
+
+def _sum_known(xs: Iterable[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return sum(known) if known else None
+
+
+def _max_known(xs: Iterable[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return max(known) if known else None

@@ -1,0 +1,183 @@
+"""Typed records that flow one way through the pipeline.
+
+sources -> scan (Hit) -> events (Event) -> windows (Window) -> rules (Verdict)
+-> advice (Lever) -> render (Report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+FieldValue = int | float | str | None
+
+
+class Kind(StrEnum):
+    """What an event means, independent of which line format carried it."""
+
+    PREEMPTION = "preemption"  # one KV preemption/retraction signal
+    STATS = "stats"  # periodic engine stats (vLLM stats line, SGLang batch line)
+    CAPACITY = "capacity"  # start-up KV capacity (blocks, tokens, concurrency)
+    CONFIG = "config"  # engine version / config / args
+    ALLOC_FAILURE = "alloc_failure"  # GPU allocation failed (CUDA OOM, KV sizing)
+    ENGINE_DEAD = "engine_dead"  # engine died (cause may be elsewhere)
+    HOST_OOM = "host_oom"  # kernel / cgroup / container memory kill
+    SWAP_WARNING = "swap_warning"  # host RAM swap-space sizing warning
+    CONTEXT = "context"  # other recognised lines that only add context
+
+
+class Class(StrEnum):
+    """Window / incident classes (design.md section 3)."""
+
+    HEALTHY = "healthy"
+    QUEUEING = "queueing"
+    BENIGN_PREEMPTION = "benign_preemption"
+    THRASH_LOOP = "thrash_loop"
+    ALLOCATION_FAILURE = "allocation_failure"
+    HOST_PRESSURE = "host_pressure"
+    INSUFFICIENT_EVIDENCE = "insufficient_evidence"
+
+
+class Confidence(StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One signature match on one physical line (or a rejoined wrapped line)."""
+
+    source: str  # display name of the input
+    line: int  # 1-based physical line number of the match start
+    sig: str  # signature id
+    kind: Kind
+    fields: Mapping[str, FieldValue]
+    text: str  # the normalised line (ANSI and wrappers stripped), for evidence
+    ts_wrapper: str | None  # wrapper timestamp text (kubectl/docker/journald/...)
+    ts_engine: str | None  # engine timestamp text (e.g. "06-16 21:24:15")
+    proc: str | None  # process / rank prefix, e.g. "VllmWorkerProcess", "TP3"
+    repeat: int = 1  # Ray "[repeated Nx across cluster]" multiplier
+    pod: str | None = None  # kubectl --prefix "pod/<name>/<container>"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A hit with a resolved timestamp and its derived counts."""
+
+    source: str
+    line: int
+    sig: str
+    kind: Kind
+    ts: datetime | None  # timezone-aware (UTC when the zone is unknown)
+    fields: Mapping[str, FieldValue]
+    text: str
+    proc: str | None = None
+    replica: str = ""  # which engine instance this belongs to (source or pod)
+    preemptions: int = 0  # preemptions attributed to this event (deltas)
+    lower_bound: bool = False  # the count is a lower bound (sampled warning)
+    repeat: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Aggregated features of one time window of one replica."""
+
+    replica: str
+    start: datetime | None
+    end: datetime | None
+    n_events: int
+    n_stats: int
+    preemptions: float  # V0 counter deltas may be spread over several windows
+    preemptions_lower_bound: bool
+    max_cumulative: int | None  # highest V0 cumulative counter seen
+    kv_max: float | None  # percent 0-100
+    kv_mean: float | None
+    running_max: int | None
+    running_mean: float | None
+    waiting_first: int | None
+    waiting_last: int | None
+    waiting_max: int | None
+    swapped_first: int | None
+    swapped_last: int | None
+    swapped_max: int | None
+    prompt_tput: float | None
+    gen_tput: float | None
+    alloc_failures: int
+    host_ooms: int
+    engine_deaths: int
+    swap_warnings: int
+    evidence: tuple[Event, ...]  # the decisive events of this window
+    cls: Class = Class.HEALTHY
+    confidence: Confidence = Confidence.LOW
+    why: str = ""
+    kv_peak_running: int | None = None  # Running on the stats line with the highest KV
+    waiting_share: float | None = None  # fraction of stats lines with Waiting > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The incident verdict: the earliest most severe episode."""
+
+    cls: Class
+    confidence: Confidence
+    start: datetime | None
+    end: datetime | None
+    replica: str
+    why: str
+    evidence: tuple[Event, ...]
+    evidence_found: bool = True
+    cause: str | None = None  # when host and GPU evidence both exist
+    consequence: str | None = None
+    suspected: bool = False  # insufficient evidence but pressure suspected
+    capture_next: str | None = None  # the one thing to capture next
+
+
+@dataclass(frozen=True, slots=True)
+class Lever:
+    """The ONE change to make next."""
+
+    knob: str | None  # e.g. "--max-num-seqs"; None means "no change"
+    current: str | None
+    proposed: str | None
+    arithmetic: tuple[str, ...]
+    verify: str
+    do_not: str
+    rationale: str
+    engine: str = "vllm"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    engine: str  # "vllm", "sglang" or "unknown"
+    generation: str | None  # "v0", "v1" or None
+    version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanStats:
+    """What was read, recognised and skipped (the report footer)."""
+
+    files: tuple[str, ...]
+    lines_read: int
+    bytes_read: int
+    recognised: Mapping[str, int]  # per signature family
+    skipped: Mapping[str, int]  # reason -> count (invalid utf-8, oversize, unparsed ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything a renderer needs; renderers are pure functions of this."""
+
+    verdict: Verdict
+    lever: Lever
+    windows: tuple[Window, ...]
+    engine: EngineInfo
+    stats: ScanStats
+    thresholds: Mapping[str, Any]
+    window_seconds: int
+    notes: tuple[str, ...] = field(default=())
+    tool_version: str = ""

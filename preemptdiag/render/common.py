@@ -1,0 +1,419 @@
+"""Helpers every format shares, so the formats differ only in layout.
+
+Class descriptions and severities, number and time formatting, sparklines, the
+timeline rows (with elision of long timelines) and the evidence lines live here; a
+renderer only decides how to lay them out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from preemptdiag.records import Class, Event, Report, Verdict, Window
+
+NO_EVIDENCE = "no vLLM evidence found"
+SUSPECTED = "suspected, not proven"
+EMPTY = "–"  # an empty cell: visible, and never mistaken for zero
+EVIDENCE_MAX_LINES = 8
+EVIDENCE_MAX_CHARS = 200
+LONG_TIMELINE = 40  # more windows than this and the timeline is elided
+HEAD_WINDOWS = 10
+TAIL_WINDOWS = 10
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_MISSING = "·"
+
+CLASS_DESCRIPTIONS: Mapping[Class, str] = {
+    Class.HEALTHY: "Nothing wrong seen: KV usage below pressure, no preemption.",
+    Class.QUEUEING: "Admission queue non-empty without preemption: load waits at the door.",
+    Class.BENIGN_PREEMPTION: "Occasional KV-cache preemption; the engine recovers.",
+    Class.THRASH_LOOP: "Sustained KV-cache preemption feeding itself (preempt, re-prefill, preempt).",
+    Class.ALLOCATION_FAILURE: "GPU memory allocation failed (CUDA/HIP OOM or KV cache sizing).",
+    Class.HOST_PRESSURE: "System RAM / cgroup / container memory pressure, not the GPU.",
+    Class.INSUFFICIENT_EVIDENCE: "Too little evidence in the log to decide.",
+}
+
+# SARIF levels double as the severity colour buckets of the terminal.
+CLASS_LEVELS: Mapping[Class, str] = {
+    Class.THRASH_LOOP: "error",
+    Class.ALLOCATION_FAILURE: "error",
+    Class.HOST_PRESSURE: "error",
+    Class.INSUFFICIENT_EVIDENCE: "warning",
+    Class.BENIGN_PREEMPTION: "warning",
+    Class.QUEUEING: "note",
+    Class.HEALTHY: "note",
+}
+
+CLASS_COLOURS: Mapping[Class, str] = {
+    Class.THRASH_LOOP: "red",
+    Class.ALLOCATION_FAILURE: "red",
+    Class.HOST_PRESSURE: "red",
+    Class.INSUFFICIENT_EVIDENCE: "yellow",
+    Class.BENIGN_PREEMPTION: "yellow",
+    Class.QUEUEING: "cyan",
+    Class.HEALTHY: "green",
+}
+
+
+# ---------------------------------------------------------------- numbers and time
+
+
+def utc(dt: datetime) -> datetime:
+    """Records promise aware datetimes; a naive one is read as UTC rather than local time."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def iso(dt: datetime | None) -> str | None:
+    return None if dt is None else utc(dt).isoformat()
+
+
+def finite(x: float | None) -> float | None:
+    """NaN/inf are not data (and not valid JSON); treat them as missing."""
+    return None if x is None or not math.isfinite(x) else x
+
+
+def fmt_num(x: int | float | None, digits: int = 1) -> str:
+    x = finite(x) if isinstance(x, float) else x
+    if x is None:
+        return EMPTY
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.{digits}f}"
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def round_count(x: float) -> int:
+    """Preemptions may be fractional (a V0 counter delta spread over windows); show whole
+    preemptions, rounding halves up so 0.5 does not vanish as banker's rounding would."""
+    return math.floor(x + 0.5) if math.isfinite(x) else 0
+
+
+def fmt_preemptions(w: Window) -> str:
+    return f"{round_count(w.preemptions)}{'+' if w.preemptions_lower_bound else ''}"
+
+
+def fmt_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    unit = "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit} ({fmt_int(n)} bytes)"
+
+
+def fmt_seconds(s: int) -> str:
+    return f"{s} s"
+
+
+def fmt_value(v: Any) -> str:
+    """Threshold values: ints stay ints, floats lose trailing zeros."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def fmt_mapping(m: Mapping[str, Any], *, sort: bool = True) -> str:
+    items = sorted(m.items()) if sort else list(m.items())
+    return ", ".join(f"{k}={fmt_value(v)}" for k, v in items) if items else "none"
+
+
+def time_span(v: Verdict) -> str:
+    if v.start is None:
+        return "no timestamps"
+    start = utc(v.start).isoformat()
+    if v.end is None:
+        return start
+    return f"{start} → {utc(v.end).isoformat()}"
+
+
+def engine_label(report: Report) -> str:
+    e = report.engine
+    parts = [e.engine]
+    if e.generation:
+        parts.append(e.generation)
+    if e.version:
+        parts.append(e.version)
+    return " ".join(parts)
+
+
+def cause_line(v: Verdict) -> str | None:
+    if v.cause is None and v.consequence is None:
+        return None
+    return f"cause: {v.cause or EMPTY} → consequence: {v.consequence or EMPTY}"
+
+
+def lever_change(report: Report) -> str:
+    """The one-line change: `knob: current → proposed`, or "no change"."""
+    lv = report.lever
+    if lv.knob is None:
+        return "no change"
+    current = lv.current if lv.current is not None else "not shown in the log"
+    proposed = lv.proposed if lv.proposed is not None else EMPTY
+    return f"{lv.knob}: {current} → {proposed}"
+
+
+# ---------------------------------------------------------------- evidence
+
+
+def clean_text(text: str) -> str:
+    """Control characters (a stray ESC, CR) must not reach a terminal or a Markdown block."""
+    return "".join(
+        " " if ch == "\t" else ("\ufffd" if ord(ch) < 32 or ord(ch) == 127 else ch) for ch in text
+    )
+
+
+def truncate(text: str, limit: int = EVIDENCE_MAX_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def location(e: Event) -> str:
+    return f"{e.source}:{e.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceLine:
+    location: str  # file:line
+    text: str  # cleaned and truncated
+
+
+def evidence_lines(v: Verdict) -> tuple[list[EvidenceLine], int]:
+    """The evidence to display, and how many further events were left out."""
+    shown = [
+        EvidenceLine(location(e), truncate(clean_text(e.text)))
+        for e in v.evidence[:EVIDENCE_MAX_LINES]
+    ]
+    return shown, max(0, len(v.evidence) - EVIDENCE_MAX_LINES)
+
+
+# ---------------------------------------------------------------- sparklines
+
+
+def _bucket(values: Sequence[float | None], max_len: int) -> list[float | None]:
+    """Shrink to max_len points keeping each bucket's peak, so a spike never disappears."""
+    if len(values) <= max_len:
+        return list(values)
+    out: list[float | None] = []
+    for i in range(max_len):
+        lo = i * len(values) // max_len
+        hi = (i + 1) * len(values) // max_len
+        present = [v for v in values[lo:hi] if v is not None]
+        out.append(max(present) if present else None)
+    return out
+
+
+def sparkline(
+    values: Sequence[float | None], *, top: float | None = None, max_len: int | None = None
+) -> str:
+    """One block per value scaled to 0..top (default: the largest value).
+
+    Zero maps to the lowest block and any positive value to at least the second, so a
+    single preemption among hundreds still shows.
+    """
+    vals = [finite(v) for v in values]
+    if max_len is not None and max_len > 0:
+        vals = _bucket(vals, max_len)
+    present = [v for v in vals if v is not None]
+    peak = top if top is not None else (max(present) if present else 0.0)
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(SPARK_MISSING)
+        elif v <= 0 or peak <= 0:
+            out.append(SPARK_BLOCKS[0])
+        else:
+            idx = 1 + round(min(v / peak, 1.0) * (len(SPARK_BLOCKS) - 2))
+            out.append(SPARK_BLOCKS[idx])
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Spark:
+    label: str
+    line: str
+    peak: str  # the value the top block stands for, so the line can be read
+
+
+def sparklines(report: Report, max_len: int | None = None) -> list[Spark]:
+    """KV max % and preemptions per window, one pair per replica when there are several."""
+    out: list[Spark] = []
+    multi = len(replicas(report.windows)) > 1
+    for rep in replicas(report.windows):
+        ws = [w for w in report.windows if w.replica == rep]
+        suffix = f" [{rep}]" if multi else ""
+        kv = [w.kv_max for w in ws]
+        pre = [float(round_count(w.preemptions)) for w in ws]
+        out.append(Spark(f"KV max %{suffix}", sparkline(kv, top=100.0, max_len=max_len), "100"))
+        peak = max(pre, default=0.0)
+        out.append(
+            Spark(
+                f"preemptions{suffix}",
+                sparkline(pre, max_len=max_len),
+                str(int(peak)) + ("+" if any(w.preemptions_lower_bound for w in ws) else ""),
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- timeline
+
+
+def replicas(windows: Sequence[Window]) -> list[str]:
+    return list(dict.fromkeys(w.replica for w in windows))
+
+
+def shared_date(windows: Sequence[Window]) -> str | None:
+    """The one UTC date of all timestamped windows, shown once in the header."""
+    dates = {utc(w.start).date() for w in windows if w.start is not None}
+    return dates.pop().isoformat() if len(dates) == 1 else None
+
+
+def in_episode(w: Window, v: Verdict) -> bool:
+    """Does the window belong to the verdict's episode (same replica, class and span)?"""
+    if v.start is None or w.start is None or w.cls != v.cls:
+        return False
+    if v.replica and w.replica != v.replica:
+        return False
+    start = utc(w.start)
+    return utc(v.start) <= start and (v.end is None or start <= utc(v.end))
+
+
+def select_windows(report: Report) -> list[Window | int]:
+    """The windows to show, with an int standing for a run of omitted windows.
+
+    Long timelines keep the first and last windows for orientation and the verdict's
+    episode because that is what the report is about.
+    """
+    ws = report.windows
+    if len(ws) <= LONG_TIMELINE:
+        return list(ws)
+    keep = [
+        i < HEAD_WINDOWS or i >= len(ws) - TAIL_WINDOWS or in_episode(w, report.verdict)
+        for i, w in enumerate(ws)
+    ]
+    out: list[Window | int] = []
+    gap = 0
+    for w, k in zip(ws, keep, strict=True):
+        if k:
+            if gap:
+                out.append(gap)
+                gap = 0
+            out.append(w)
+        else:
+            gap += 1
+    if gap:
+        out.append(gap)
+    return out
+
+
+def omitted_label(n: int) -> str:
+    return f"… {n} window{'s' if n != 1 else ''} omitted …"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    header: str
+    short: str  # terminal header, two lines at most: ten full headers do not fit 100 columns
+    numeric: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    cells: tuple[str, ...]
+    cls: Class | None  # None for an "omitted" row
+    omitted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    date: str | None  # shared UTC date, when all windows have one
+    omitted: int  # windows left out in total
+    windows: tuple[Window, ...]  # the windows behind the rows, in order
+
+    @property
+    def class_index(self) -> int:
+        return [c.key for c in self.columns].index("class")
+
+
+def start_cell(w: Window, date: str | None) -> str:
+    if w.start is None:
+        return EMPTY
+    t = utc(w.start)
+    return t.strftime("%H:%M:%S") if date is not None else t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _waiting_cell(w: Window) -> str:
+    if w.waiting_first is not None and w.waiting_last is not None:
+        return f"{w.waiting_first}→{w.waiting_last}"
+    return fmt_num(w.waiting_max)
+
+
+def timeline(report: Report) -> Timeline:
+    ws = report.windows
+    date = shared_date(ws)
+    multi = len(replicas(ws)) > 1
+    swapped = any(w.swapped_max is not None for w in ws)
+    cols = [Column("start", "start (UTC)", "start", False)]
+    if multi:
+        cols.append(Column("replica", "replica", "replica", False))
+    cols += [
+        Column("class", "class", "class", False),
+        Column("preemptions", "preemptions", "preempt", True),
+        Column("kv_max", "KV max %", "KV\nmax %", True),
+        Column("running_max", "running max", "run\nmax", True),
+        Column("waiting", "waiting", "waiting", True),
+    ]
+    if swapped:
+        cols.append(Column("swapped_max", "swapped max", "swap\nmax", True))
+    cols += [
+        Column("prompt_tput", "prompt tok/s", "prompt\ntok/s", True),
+        Column("gen_tput", "gen tok/s", "gen\ntok/s", True),
+    ]
+
+    def cells(w: Window) -> tuple[str, ...]:
+        values = {
+            "start": start_cell(w, date),
+            "replica": w.replica or EMPTY,
+            "class": str(w.cls),
+            "preemptions": fmt_preemptions(w),
+            "kv_max": fmt_num(w.kv_max),
+            "running_max": fmt_num(w.running_max),
+            "waiting": _waiting_cell(w),
+            "swapped_max": fmt_num(w.swapped_max),
+            "prompt_tput": fmt_num(w.prompt_tput),
+            "gen_tput": fmt_num(w.gen_tput),
+        }
+        return tuple(values[c.key] for c in cols)
+
+    rows: list[Row] = []
+    shown: list[Window] = []
+    omitted = 0
+    for item in select_windows(report):
+        if isinstance(item, int):
+            omitted += item
+            # The label sits in the class column: the widest text column in every layout.
+            rows.append(
+                Row(
+                    tuple(omitted_label(item) if c.key == "class" else "" for c in cols),
+                    None,
+                    item,
+                )
+            )
+        else:
+            rows.append(Row(cells(item), item.cls))
+            shown.append(item)
+    return Timeline(tuple(cols), tuple(rows), date, omitted, tuple(shown))

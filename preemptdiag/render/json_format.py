@@ -1,0 +1,156 @@
+"""JSON format: the versioned, machine-readable report (docs/json-schema.md).
+
+Bump SCHEMA_VERSION when a field is removed, renamed or changes meaning; adding a
+field is compatible. The exit code is deliberately absent: the CLI owns it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from preemptdiag.records import Event, Lever, Report, ScanStats, Verdict, Window
+from preemptdiag.render import common
+
+SCHEMA = "preemptdiag/report"
+SCHEMA_VERSION = 1
+
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+def jsonable(value: Any) -> JSONValue:
+    """Thresholds and event fields are open-ended; make them valid JSON (no NaN)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value.value if isinstance(value, Enum) else value
+    if isinstance(value, float):
+        return common.finite(value)
+    if isinstance(value, datetime):
+        return common.iso(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Enum):
+        return jsonable(value.value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, Sequence | set | frozenset):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def event_dict(e: Event) -> dict[str, JSONValue]:
+    return {
+        "file": e.source,
+        "line": e.line,
+        "signature": e.sig,
+        "kind": str(e.kind),
+        "text": e.text,
+        "ts": common.iso(e.ts),
+    }
+
+
+def verdict_dict(v: Verdict) -> dict[str, JSONValue]:
+    return {
+        "class": str(v.cls),
+        "confidence": str(v.confidence),
+        "start": common.iso(v.start),
+        "end": common.iso(v.end),
+        "replica": v.replica,
+        "why": v.why,
+        "evidence_found": v.evidence_found,
+        "suspected": v.suspected,
+        "capture_next": v.capture_next,
+        "cause": v.cause,
+        "consequence": v.consequence,
+        "evidence": [event_dict(e) for e in v.evidence],
+    }
+
+
+def lever_dict(lv: Lever) -> dict[str, JSONValue]:
+    return {
+        "knob": lv.knob,
+        "current": lv.current,
+        "proposed": lv.proposed,
+        "arithmetic": list(lv.arithmetic),
+        "verify": lv.verify,
+        "do_not": lv.do_not,
+        "rationale": lv.rationale,
+        "engine": lv.engine,
+    }
+
+
+def window_dict(w: Window) -> dict[str, JSONValue]:
+    f = common.finite
+    return {
+        "replica": w.replica,
+        "start": common.iso(w.start),
+        "end": common.iso(w.end),
+        "class": str(w.cls),
+        "confidence": str(w.confidence),
+        "why": w.why,
+        "preemptions": f(w.preemptions),
+        "preemptions_lower_bound": w.preemptions_lower_bound,
+        "max_cumulative": w.max_cumulative,
+        "kv_max": f(w.kv_max),
+        "kv_mean": f(w.kv_mean),
+        "kv_peak_running": w.kv_peak_running,
+        "running_max": w.running_max,
+        "running_mean": f(w.running_mean),
+        "waiting_first": w.waiting_first,
+        "waiting_last": w.waiting_last,
+        "waiting_max": w.waiting_max,
+        "swapped_first": w.swapped_first,
+        "swapped_last": w.swapped_last,
+        "swapped_max": w.swapped_max,
+        "prompt_tput": f(w.prompt_tput),
+        "gen_tput": f(w.gen_tput),
+        "n_events": w.n_events,
+        "n_stats": w.n_stats,
+        "alloc_failures": w.alloc_failures,
+        "host_ooms": w.host_ooms,
+        "engine_deaths": w.engine_deaths,
+        "swap_warnings": w.swap_warnings,
+        "evidence": [event_dict(e) for e in w.evidence],
+    }
+
+
+def _sorted_counts(m: Mapping[str, int]) -> dict[str, JSONValue]:
+    # Counters fill in log order; sorting keeps two runs over the same input diffable.
+    return {k: m[k] for k in sorted(m)}
+
+
+def scan_dict(s: ScanStats) -> dict[str, JSONValue]:
+    return {
+        "files": list(s.files),
+        "lines_read": s.lines_read,
+        "bytes_read": s.bytes_read,
+        "recognised": _sorted_counts(s.recognised),
+        "skipped": _sorted_counts(s.skipped),
+    }
+
+
+def report_dict(report: Report) -> dict[str, JSONValue]:
+    e = report.engine
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": report.tool_version,
+        "verdict": verdict_dict(report.verdict),
+        "lever": lever_dict(report.lever),
+        "windows": [window_dict(w) for w in report.windows],
+        "engine": {"engine": e.engine, "generation": e.generation, "version": e.version},
+        "scan": scan_dict(report.stats),
+        # Thresholds keep their defined order (it groups related knobs).
+        "thresholds": {str(k): jsonable(v) for k, v in report.thresholds.items()},
+        "window_seconds": report.window_seconds,
+        "notes": list(report.notes),
+    }
+
+
+def render_json(report: Report) -> str:
+    # allow_nan=False: a NaN that slipped past `finite` must fail loudly, not emit bad JSON.
+    return json.dumps(report_dict(report), indent=2, sort_keys=False, allow_nan=False) + "\n"

@@ -1,0 +1,175 @@
+"""Terminal format: a rich layout rendered into a string.
+
+Everything echoed from a log goes through `Text`, never markup, so a `[bold]` or an
+emoji code inside a log line prints literally.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from preemptdiag.records import Class, Report
+from preemptdiag.render import common
+
+_LABEL_WIDTH = 13
+
+
+def _class_style(cls: Class, *, bold: bool = False) -> str:
+    return f"{'bold ' if bold else ''}{common.CLASS_COLOURS[cls]}"
+
+
+def _fields(rows: list[tuple[str, str | Text]], style: str = "") -> Table:
+    """Label/value lines; a long value wraps under itself, not under the label."""
+    grid = Table.grid(padding=(0, 1), pad_edge=False)
+    grid.add_column(width=_LABEL_WIDTH + 2, style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(Text(f"  {label}"), value if isinstance(value, Text) else Text(value, style))
+    return grid
+
+
+def _verdict(console: Console, report: Report) -> None:
+    v = report.verdict
+    if not v.evidence_found:
+        console.print(Text(f"!! {common.NO_EVIDENCE} !!", style="bold reverse yellow"))
+    head = Text("preemptdiag  ", style="bold")
+    head.append(str(v.cls), style=_class_style(v.cls, bold=True))
+    head.append(f"  ({v.confidence} confidence)")
+    if v.suspected:
+        head.append(f"  {common.SUSPECTED}", style="bold yellow")
+    console.print(head)
+    rows: list[tuple[str, str | Text]] = [
+        ("span", common.time_span(v)),
+        ("replica", v.replica or common.EMPTY),
+        ("why", v.why or common.EMPTY),
+    ]
+    cause = common.cause_line(v)
+    if cause:
+        rows.append(("cause", cause.removeprefix("cause: ")))
+    if v.suspected:
+        rows.append(("capture next", Text(v.capture_next or common.EMPTY, style="bold")))
+    console.print(_fields(rows))
+
+
+def _timeline(console: Console, report: Report, width: int) -> None:
+    tl = common.timeline(report)
+    title = f"Timeline — {report.window_seconds} s windows, "
+    title += f"{tl.date} (UTC)" if tl.date else "times in UTC"
+    console.print()
+    console.print(Text(title, style="bold underline"))
+    if not tl.rows:
+        console.print(Text("  no windows", style="dim"))
+        return
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        header_style="bold",
+    )
+    for col in tl.columns:
+        # Nothing wraps: a truncated cell ("21:2…") is better than a number split in two.
+        table.add_column(col.short, justify="right" if col.numeric else "left", no_wrap=True)
+    ci = tl.class_index
+    for row in tl.rows:
+        cells = [Text(c) for c in row.cells]
+        if row.cls is not None:
+            cells[ci].stylize(_class_style(row.cls))
+        else:
+            cells[ci].stylize("dim italic")
+        table.add_row(*cells)
+    console.print(table)
+    label_w = max((len(s.label) for s in common.sparklines(report)), default=0)
+    room = max(10, width - label_w - 16)
+    for spark in common.sparklines(report, max_len=room):
+        line = Text(f"  {spark.label:<{label_w}}  ", style="bold")
+        line.append(spark.line)
+        line.append(f"  (top = {spark.peak})", style="dim")
+        console.print(line, no_wrap=True, overflow="ellipsis")
+
+
+def _evidence(console: Console, report: Report) -> None:
+    console.print()
+    console.print(Text("Evidence", style="bold underline"))
+    lines, more = common.evidence_lines(report.verdict)
+    if not lines:
+        console.print(Text("  none", style="dim"))
+    grid = Table.grid(padding=(0, 2), pad_edge=False)
+    grid.add_column(style="cyan", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for ev in lines:
+        grid.add_row(Text(f"  {ev.location}"), Text(ev.text))
+    if lines:
+        console.print(grid)
+    if more:
+        console.print(Text(f"  … {more} more evidence line(s) in the JSON output", style="dim"))
+
+
+def _lever(console: Console, report: Report) -> None:
+    lv = report.lever
+    console.print()
+    console.print(Text("Lever", style="bold underline"))
+    rows: list[tuple[str, str | Text]] = [
+        ("change", Text(common.lever_change(report), style="bold"))
+    ]
+    if lv.rationale:
+        rows.append(("rationale", lv.rationale))
+    rows += [("arithmetic" if i == 0 else "", step) for i, step in enumerate(lv.arithmetic)]
+    rows += [("verify", lv.verify or common.EMPTY), ("do NOT", lv.do_not or common.EMPTY)]
+    console.print(_fields(rows))
+
+
+def _footer(console: Console, report: Report) -> None:
+    s = report.stats
+    console.print()
+    console.print(Text("Scan", style="bold underline"))
+    rows: list[tuple[str, str | Text]] = [
+        ("files", ", ".join(s.files) or common.EMPTY),
+        ("lines read", common.fmt_int(s.lines_read)),
+        ("bytes", common.fmt_bytes(s.bytes_read)),
+        ("recognised", common.fmt_mapping(s.recognised)),
+        ("skipped", common.fmt_mapping(s.skipped)),
+        ("engine", common.engine_label(report)),
+        ("window", common.fmt_seconds(report.window_seconds)),
+        ("thresholds", common.fmt_mapping(report.thresholds, sort=False)),
+        ("tool version", report.tool_version or common.EMPTY),
+    ]
+    rows += [("note", n) for n in report.notes]
+    console.print(_fields(rows, style="dim"))
+
+
+def render_terminal(report: Report, *, color: bool = False, width: int = 100) -> str:
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        force_jupyter=False,
+        highlight=False,  # numbers in log text must not be recoloured
+        markup=False,
+        emoji=False,
+    )
+    _verdict(console, report)
+    _timeline(console, report, width)
+    _evidence(console, report)
+    _lever(console, report)
+    _footer(console, report)
+    # Grids pad every cell to the column width; trailing blanks only get in a paste's way.
+    lines = (_TRAILING.sub(_drop_spaces, line) for line in buf.getvalue().splitlines())
+    return "\n".join(lines) + "\n"
+
+
+# Trailing blanks, possibly interleaved with SGR codes that must survive (the resets).
+_TRAILING = re.compile(r"(?:\x1b\[[0-9;]*m| )+$")
+
+
+def _drop_spaces(m: re.Match[str]) -> str:
+    return m.group(0).replace(" ", "")

@@ -1,0 +1,302 @@
+"""Classify windows and pick the incident verdict (design.md section 3).
+
+Each rule is a small function of one window's features; the run-level thrash rule
+looks at consecutive windows of one replica. Thresholds come from config.Thresholds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import groupby
+
+from preemptdiag.config import Thresholds
+from preemptdiag.events import version_at_least
+from preemptdiag.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+
+# Most severe first. insufficient_evidence sits above benign: a suspected loop that
+# the log cannot prove deserves attention before a proven harmless burst.
+SEVERITY: tuple[Class, ...] = (
+    Class.ALLOCATION_FAILURE,
+    Class.HOST_PRESSURE,
+    Class.THRASH_LOOP,
+    Class.INSUFFICIENT_EVIDENCE,
+    Class.BENIGN_PREEMPTION,
+    Class.QUEUEING,
+    Class.HEALTHY,
+)
+MAX_VERDICT_EVIDENCE = 8
+
+CAPTURE_V1 = (
+    "two /metrics scrapes during the incident, a few minutes apart "
+    "(`curl -s localhost:8000/metrics > t1.prom`, then t2.prom) so "
+    "vllm:num_preemptions_total shows whether it was preempting; or run vLLM >= 0.11.1, "
+    "whose stats line prints `Preemptions: N`"
+)
+CAPTURE_LEGACY = (
+    "the same load on vLLM >= 0.4.3 (which logs preemptions with a cumulative counter), "
+    "or /metrics scrapes of vllm:num_preemptions_total"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """Can this log show preemptions at all?"""
+
+    blind: bool
+    capture_next: str | None
+    reason: str
+
+
+def preemption_visibility(events: Sequence[Event], info: EngineInfo) -> Visibility:
+    if any(e.kind is Kind.PREEMPTION for e in events):
+        return Visibility(False, None, "preemption lines present")
+    stats = [e for e in events if e.kind is Kind.STATS]
+    if any(e.fields.get("preemptions") is not None for e in stats):
+        return Visibility(False, None, "stats line carries a Preemptions field")
+    if info.engine == "sglang":
+        return Visibility(False, None, "SGLang logs every retraction")
+    if info.generation == "v1":
+        if version_at_least(info, 0, 11, 1):
+            return Visibility(False, None, "V1 >= 0.11.1 prints Preemptions: N when non-zero")
+        return Visibility(
+            True, CAPTURE_V1, "V1 before 0.11.1 logs no preemption line (only a metric)"
+        )
+    # Stats printed from llm_engine.py predate v0.3.1; the warning came in v0.4.3.
+    if any(" llm_engine.py:" in e.text for e in stats) or version_at_least(info, 0, 4, 3) is False:
+        return Visibility(True, CAPTURE_LEGACY, "vLLM before 0.4.3 logs no preemption line")
+    return Visibility(False, None, "V0 logs preemption #1, #51, ... with a counter")
+
+
+def _stats_confidence(w: Window) -> Confidence:
+    if w.n_stats >= 3:
+        return Confidence.HIGH
+    return Confidence.MEDIUM if w.n_stats >= 1 else Confidence.LOW
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "?" if v is None else f"{v:.1f}{unit}" if isinstance(v, float) else f"{v}{unit}"
+
+
+def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
+    kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
+    if w.alloc_failures:
+        return replace(w, cls=Class.ALLOCATION_FAILURE, confidence=Confidence.HIGH,
+                       why="GPU memory allocation failed (allocation-failure line)")
+    if w.host_ooms:
+        return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.HIGH,
+                       why="host/container memory kill (kernel, cgroup or container OOM line)")
+    if w.preemptions > 0:
+        conf = Confidence.LOW if w.preemptions_lower_bound and not w.n_stats else Confidence.MEDIUM
+        return replace(w, cls=Class.BENIGN_PREEMPTION, confidence=conf,
+                       why=f"{w.preemptions:g} preemption(s), KV max {_fmt(w.kv_max, '%')}")
+    if w.swap_warnings:
+        return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.LOW,
+                       why="swap space sized against host RAM (vLLM swap-space warning)")
+    if w.engine_deaths:
+        return replace(w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.MEDIUM,
+                       why="engine died; this window holds no memory evidence for why")
+    if not w.n_stats:
+        return replace(w, cls=Class.HEALTHY, confidence=Confidence.LOW,
+                       why="start-up/context lines only")
+    waiting = w.waiting_max or 0
+    if kv_hot and waiting > 0 and vis.blind:
+        return replace(
+            w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.LOW,
+            why=(f"KV {_fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
+                 "preemptions (suspected)"),
+        )
+    if waiting > 0 and not (w.running_max or 0) and (w.kv_max or 0.0) < thr.stall_kv_pct:
+        return replace(
+            w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.MEDIUM,
+            why=(f"{waiting} waiting while nothing runs and KV is {_fmt(w.kv_max, '%')}: "
+                 "the engine is not admitting work (a stall, not memory pressure)"),
+        )
+    if waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share:
+        return replace(w, cls=Class.QUEUEING, confidence=_stats_confidence(w),
+                       why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, no preemption")
+    if w.waiting_max is None:
+        queue = "queue length not logged"
+    elif not waiting:
+        queue = "nothing waiting"
+    else:
+        queue = f"Waiting > 0 in few lines (max {waiting})"
+    return replace(w, cls=Class.HEALTHY, confidence=_stats_confidence(w),
+                   why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, no preemption")
+
+
+def _consecutive(a: Window, b: Window, seconds: int) -> bool:
+    if a.start is None or b.start is None:
+        return False
+    return (b.start - a.start).total_seconds() <= seconds
+
+
+def _queue_growing(w: Window) -> bool:
+    return (w.waiting_last or 0) > (w.waiting_first or 0) or (w.swapped_last or 0) > (
+        w.swapped_first or 0
+    )
+
+
+def _thrash_reason(run: Sequence[Window], thr: Thresholds, seconds: int) -> str | None:
+    kv_vals = [w.kv_max for w in run if w.kv_max is not None]
+    kv_hot = bool(kv_vals) and max(kv_vals) >= thr.kv_pressure_pct
+    total = sum(w.preemptions for w in run)
+    if len(run) >= thr.thrash_min_windows and (kv_hot or not kv_vals):
+        return (f"preemption in {len(run)} consecutive windows ({total:g} in all)"
+                + (f", KV up to {max(kv_vals):.1f}%" if kv_vals else ""))
+    rate_limit = thr.thrash_rate_per_min * seconds / 60.0
+    for w in run:
+        if kv_hot and w.preemptions >= rate_limit:
+            return f"{w.preemptions:g} preemptions in one {seconds}s window with KV at {max(kv_vals):.1f}%"
+        if (
+            w.max_cumulative is not None
+            and w.max_cumulative >= thr.thrash_cumulative
+            and w.kv_max is not None
+            and w.kv_max >= thr.kv_pressure_pct
+            and _queue_growing(w)
+        ):
+            return (f"cumulative preemption counter at {w.max_cumulative} with KV "
+                    f"{w.kv_max:.1f}% and the waiting/swapped queue growing")
+    return None
+
+
+def classify(
+    windows: Sequence[Window], thr: Thresholds, vis: Visibility, seconds: int
+) -> list[Window]:
+    out = [classify_window(w, thr, vis) for w in windows]
+    result: list[Window] = []
+    for _, group in groupby(out, key=lambda w: w.replica):
+        ws = list(group)
+        i = 0
+        while i < len(ws):
+            if ws[i].cls is not Class.BENIGN_PREEMPTION:
+                result.append(ws[i])
+                i += 1
+                continue
+            j = i + 1
+            while (
+                j < len(ws)
+                and ws[j].cls is Class.BENIGN_PREEMPTION
+                and _consecutive(ws[j - 1], ws[j], seconds)
+            ):
+                j += 1
+            run = ws[i:j]
+            reason = _thrash_reason(run, thr, seconds)
+            for w in run:
+                if reason is None:
+                    result.append(w)
+                    continue
+                exact = not w.preemptions_lower_bound and w.n_stats > 0
+                result.append(replace(
+                    w, cls=Class.THRASH_LOOP,
+                    confidence=Confidence.HIGH if exact else Confidence.MEDIUM,
+                    why=reason,
+                ))
+            i = j
+    return result
+
+
+def _rank(w: Window) -> int:
+    r = SEVERITY.index(w.cls)
+    # A swap-size warning alone is a risk note, not an incident: rank it below a
+    # proven loop so it never hides one.
+    if w.cls is Class.HOST_PRESSURE and not w.host_ooms:
+        r = SEVERITY.index(Class.BENIGN_PREEMPTION)
+    return r
+
+
+def _episode(windows: Sequence[Window], seconds: int) -> list[Window]:
+    """The earliest run of windows (one replica) of the most severe class."""
+    best = min(_rank(w) for w in windows)
+    ordered = sorted(windows, key=lambda w: (w.start is None, w.start or 0, w.replica))
+    first = next(w for w in ordered if _rank(w) == best)
+    same = [w for w in windows if w.replica == first.replica]
+    k = same.index(first)
+    run = [first]
+    for w in same[k + 1 :]:
+        if w.cls is first.cls and _consecutive(run[-1], w, seconds):
+            run.append(w)
+        else:
+            break
+    return run
+
+
+def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
+    seen: set[tuple[str, int]] = set()
+    decisive: list[Event] = []
+    stats: list[Event] = []
+    for w in run:
+        for e in w.evidence:
+            key = (e.source, e.line)
+            if key in seen:
+                continue
+            seen.add(key)
+            (stats if e.kind is Kind.STATS else decisive).append(e)
+    # Keep the earliest decisive lines and the hottest stats lines.
+    stats.sort(key=lambda e: -(float(e.fields.get("kv_usage") or 0.0)))
+    picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(stats))] + stats[:2]
+    return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
+
+
+def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
+    c = [w for w in windows if w.cls is cls and w.start is not None]
+    return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
+
+
+def verdict(
+    windows: Sequence[Window], thr: Thresholds, vis: Visibility, seconds: int
+) -> Verdict:
+    if not windows:
+        return Verdict(
+            cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.LOW, start=None, end=None,
+            replica="", why="no vLLM evidence found: no line matched a known signature",
+            evidence=(), evidence_found=False,
+        )
+    run = _episode(windows, seconds)
+    head = run[0]
+    conf_order = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
+    conf = max((w.confidence for w in run), key=conf_order.index)
+    cause = consequence = None
+    alloc = _first_ts(windows, Class.ALLOCATION_FAILURE)
+    host = next(
+        (w for w in sorted((w for w in windows if w.host_ooms and w.start), key=lambda w: w.start))  # type: ignore[arg-type, return-value]
+        , None,
+    )
+    cls = head.cls
+    why = head.why
+    if alloc and host:
+        if host.start <= alloc.start:  # type: ignore[operator]
+            cls, cause, consequence = (
+                Class.HOST_PRESSURE,
+                "host/container memory kill",
+                "GPU allocation failure / engine death afterwards",
+            )
+            run = [host]
+            why = "the kernel/container killed the engine for host memory before any GPU error"
+        else:
+            cause, consequence = (
+                "GPU allocation failure (CUDA OOM / KV sizing)",
+                "container restart / OOM report afterwards",
+            )
+    elif cls is Class.ALLOCATION_FAILURE and any(w.engine_deaths for w in windows):
+        cause, consequence = "GPU allocation failure", "engine death"
+    suspected = cls is Class.INSUFFICIENT_EVIDENCE and vis.blind
+    if cls is Class.INSUFFICIENT_EVIDENCE and vis.blind:
+        n = sum(1 for w in windows if w.cls is Class.INSUFFICIENT_EVIDENCE)
+        if n >= thr.suspect_min_windows:
+            conf = Confidence.MEDIUM
+        why = (f"KV cache pinned at >= {thr.kv_pressure_pct:g}% with requests waiting in {n} "
+               f"window(s), but {vis.reason}: preemption is suspected, not proven")
+    return Verdict(
+        cls=cls,
+        confidence=conf,
+        start=run[0].start,
+        end=run[-1].end,
+        replica=run[0].replica,
+        why=why,
+        evidence=_verdict_evidence(run),
+        cause=cause,
+        consequence=consequence,
+        suspected=suspected,
+        capture_next=vis.capture_next if suspected else None,
+    )

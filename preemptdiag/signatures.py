@@ -1,0 +1,281 @@
+"""Load, validate and apply line signatures (signatures/*.toml, schema in its README)."""
+
+from __future__ import annotations
+
+import re as _re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import regex
+
+from preemptdiag.errors import DiagError
+from preemptdiag.records import FieldValue, Kind
+
+if TYPE_CHECKING:
+    from regex._main import Match
+
+# Per-pattern time limit for user signatures: a slow pattern must not hang a 3 a.m. run.
+USER_REGEX_TIMEOUT_S = 0.25
+
+_SIZE_UNITS = {
+    "bytes": 1,
+    "b": 1,
+    "kib": 1024,
+    "kb": 1000,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "tib": 1024**4,
+}
+
+
+def _to_int(s: str) -> int:
+    return int(s.replace(",", "").replace("_", ""))
+
+
+def _to_size(s: str) -> int:
+    m = _re.fullmatch(r"\s*(-?[\d.,]+)\s*([A-Za-z]+)?\s*", s)
+    if not m:
+        raise ValueError(f"not a size: {s!r}")
+    unit = (m.group(2) or "bytes").lower()
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"unknown size unit in {s!r}")
+    return round(float(m.group(1).replace(",", "")) * _SIZE_UNITS[unit])
+
+
+CONVERTERS: dict[str, Callable[[str], FieldValue]] = {
+    "str": str,
+    "int": _to_int,
+    "int_commas": _to_int,
+    "float": lambda s: float(s.replace(",", "")),
+    "percent": lambda s: float(s.rstrip("%")),
+    "fraction_percent": lambda s: round(float(s) * 100.0, 4),
+    "size": _to_size,
+}
+
+# Nested unbounded quantifiers such as (a+)+ or (.*)* backtrack catastrophically.
+_NESTED_QUANTIFIER = _re.compile(r"\((?:[^()\\]|\\.)*[+*](?:\?)?\)[+*{]")
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    line: str
+    fields: Mapping[str, FieldValue]
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    id: str
+    family: str
+    engine: str
+    kind: Kind
+    versions: str
+    description: str
+    prefilter: tuple[str, ...]
+    pattern: str
+    regex: regex.Pattern[str]
+    fields: Mapping[str, str]
+    constants: Mapping[str, FieldValue]
+    overlaps: tuple[str, ...]
+    priority: int
+    matches: tuple[Example, ...]
+    no_matches: tuple[str, ...]
+    path: str
+    builtin: bool
+
+    def extract(self, m: Match[str]) -> dict[str, FieldValue]:
+        """Typed fields of one match; a group that did not take part is None."""
+        out: dict[str, FieldValue] = dict(self.constants)
+        for name, typ in self.fields.items():
+            raw = m.group(name)
+            out[name] = None if raw is None else CONVERTERS[typ](raw)
+        return out
+
+    def finditer(self, text: str) -> Iterable[Match[str]]:
+        if self.builtin:
+            return self.regex.finditer(text)
+        try:
+            return list(self.regex.finditer(text, timeout=USER_REGEX_TIMEOUT_S))
+        except TimeoutError:
+            return []
+
+    def prefilter_hit(self, text: str) -> bool:
+        return any(lit in text for lit in self.prefilter)
+
+
+def builtin_dir() -> Path:
+    """The shipped signatures: inside the wheel, or the source tree's signatures/."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_signatures"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "signatures"
+
+
+def _fail(path: Path, sid: str | None, what: str) -> DiagError:
+    where = f"{path}" + (f": signature {sid!r}" if sid else "")
+    return DiagError(f"invalid signature file {where}: {what}")
+
+
+def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
+    sid = raw.get("id")
+    if not isinstance(sid, str) or not sid:
+        raise _fail(path, None, "a [[signature]] has no 'id'")
+    for key in ("family", "engine", "kind", "pattern", "prefilter"):
+        if key not in raw:
+            raise _fail(path, sid, f"missing '{key}'")
+    try:
+        kind = Kind(raw["kind"])
+    except ValueError:
+        known = ", ".join(k.value for k in Kind)
+        raise _fail(path, sid, f"unknown kind {raw['kind']!r} (known: {known})") from None
+    prefilter = raw["prefilter"]
+    if (
+        not isinstance(prefilter, list)
+        or not prefilter
+        or not all(isinstance(p, str) and p for p in prefilter)
+    ):
+        raise _fail(path, sid, "'prefilter' must be a non-empty list of non-empty strings")
+    pattern = raw["pattern"]
+    if not isinstance(pattern, str) or not pattern:
+        raise _fail(path, sid, "'pattern' must be a non-empty string")
+    if _NESTED_QUANTIFIER.search(pattern):
+        raise _fail(path, sid, "pattern has a nested unbounded quantifier (catastrophic backtracking)")
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error as exc:
+        raise _fail(path, sid, f"pattern does not compile: {exc}") from None
+    fields = dict(raw.get("fields", {}))
+    for name, typ in fields.items():
+        if typ not in CONVERTERS:
+            raise _fail(path, sid, f"field {name!r} has unknown type {typ!r}")
+    groups = set(compiled.groupindex)
+    if groups != set(fields):
+        missing = sorted(groups - set(fields))
+        extra = sorted(set(fields) - groups)
+        raise _fail(
+            path, sid, f"named groups and [fields] differ (untyped: {missing}, no group: {extra})"
+        )
+    matches = tuple(
+        Example(line=str(e["line"]), fields=dict(e.get("fields", {})))
+        for e in raw.get("match", [])
+    )
+    if not matches:
+        raise _fail(path, sid, "needs at least one [[signature.match]] example")
+    no_matches = tuple(str(e["line"]) for e in raw.get("no_match", []))
+    return Signature(
+        id=sid,
+        family=str(raw["family"]),
+        engine=str(raw["engine"]),
+        kind=kind,
+        versions=str(raw.get("versions", "")),
+        description=str(raw.get("description", "")).strip(),
+        prefilter=tuple(prefilter),
+        pattern=pattern,
+        regex=compiled,
+        fields=fields,
+        constants=dict(raw.get("set", {})),
+        overlaps=tuple(raw.get("overlaps", [])),
+        priority=int(raw.get("priority", 0)),
+        matches=matches,
+        no_matches=no_matches,
+        path=str(path),
+        builtin=builtin,
+    )
+
+
+def load_file(path: Path, builtin: bool = False) -> list[Signature]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DiagError(f"cannot read signature file {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise _fail(path, None, f"not valid TOML ({exc})") from None
+    raw_sigs = data.get("signature", [])
+    if not isinstance(raw_sigs, list):
+        raise _fail(path, None, "expected [[signature]] tables")
+    return [_compile(path, raw, builtin) for raw in raw_sigs]
+
+
+def load_dir(directory: Path, builtin: bool = False) -> list[Signature]:
+    if not directory.is_dir():
+        raise DiagError(f"signatures directory not found: {directory}")
+    files = sorted(directory.glob("*.toml"))
+    if not files and not builtin:
+        raise DiagError(f"no *.toml signature files in {directory}")
+    out: list[Signature] = []
+    for f in files:
+        out.extend(load_file(f, builtin))
+    return out
+
+
+@cache
+def _builtin() -> tuple[Signature, ...]:
+    return tuple(load_dir(builtin_dir(), builtin=True))
+
+
+def load(user_dir: Path | None = None) -> tuple[Signature, ...]:
+    """Built-in signatures, then the user's (a user id replaces the built-in one)."""
+    sigs: dict[str, Signature] = {}
+    for s in _builtin():
+        if s.id in sigs:
+            raise _fail(Path(s.path), s.id, f"duplicate id (also in {sigs[s.id].path})")
+        sigs[s.id] = s
+    if user_dir is not None:
+        seen: set[str] = set()
+        for s in load_dir(user_dir):
+            if s.id in seen:
+                raise _fail(Path(s.path), s.id, "duplicate id")
+            seen.add(s.id)
+            sigs[s.id] = s
+    return tuple(sigs.values())
+
+
+def check_examples(sig: Signature) -> list[str]:
+    """Problems with a signature's embedded examples (empty when all pass)."""
+    problems: list[str] = []
+    for ex in sig.matches:
+        if not sig.prefilter_hit(ex.line):
+            problems.append(f"match example contains no prefilter literal: {ex.line[:80]!r}")
+            continue
+        found = list(sig.finditer(ex.line))
+        if not found:
+            problems.append(f"match example does not match: {ex.line[:80]!r}")
+            continue
+        got = sig.extract(found[0])
+        for k, want in ex.fields.items():
+            if k not in got:
+                problems.append(f"example expects unknown field {k!r}")
+            elif got[k] != want:
+                problems.append(f"field {k!r}: expected {want!r}, got {got[k]!r} in {ex.line[:60]!r}")
+    for line in sig.no_matches:
+        if list(sig.finditer(line)):
+            problems.append(f"no_match example matches: {line[:80]!r}")
+    return problems
+
+
+def overlaps(sigs: Iterable[Signature]) -> list[tuple[str, str, str]]:
+    """(sig, other, example) where other's pattern also matches sig's example undeclared."""
+    sigs = list(sigs)
+    out: list[tuple[str, str, str]] = []
+    for s in sigs:
+        for ex in s.matches:
+            for o in sigs:
+                if o.id == s.id or o.id in s.overlaps or s.id in o.overlaps:
+                    continue
+                if o.prefilter_hit(ex.line) and list(o.finditer(ex.line)):
+                    out.append((s.id, o.id, ex.line))
+    return out
+
+
+def validate(sigs: Iterable[Signature]) -> None:
+    """Raise DiagError naming the first signature whose examples fail."""
+    for s in sigs:
+        problems = check_examples(s)
+        if problems:
+            raise _fail(Path(s.path), s.id, problems[0])

@@ -1,0 +1,219 @@
+"""Open inputs: files, `-` for stdin, .gz; refuse what is not a text log, clearly."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import stat
+import sys
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from preemptdiag.errors import DiagError
+
+SNIFF_BYTES = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0c\x1b\x08") + b"\x7f"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    name: str  # as the user typed it; used in evidence file:line
+    path: Path | None  # None for stdin
+    gz: bool
+    mtime: datetime | None
+    head: bytes  # first bytes (decompressed), for sniffing the format
+    size: int | None  # on-disk size, for progress and job splitting
+    cr_only: bool = False  # old-Mac line ends: every \r is a line break
+
+
+class _Stdin:
+    """stdin is read once; keep its head so sniffing does not lose bytes."""
+
+    data: bytes | None = None
+
+
+def _sniff_text(name: str, head: bytes) -> None:
+    if not head:
+        return
+    # Text logs hold almost no control bytes; binary formats are full of them. A few
+    # stray ones (interleaved garbage in a paste) must not reject a real log.
+    control = len(head) - len(head.translate(None, _CONTROL))
+    if control * 20 > len(head):
+        raise DiagError(f"{name}: looks like a binary file, not a text log")
+
+
+def _cr_only(head: bytes) -> bool:
+    return b"\n" not in head and head.count(b"\r") > 1
+
+
+def open_source(name: str) -> Source:
+    if name == "-":
+        if _Stdin.data is None:
+            _Stdin.data = sys.stdin.buffer.read()
+        data = _Stdin.data
+        gz = data[:2] == GZIP_MAGIC
+        if gz:
+            data = _gunzip_all(name, data)
+            _Stdin.data = data
+        _sniff_text(name, data[:SNIFF_BYTES])
+        if _cr_only(data[:SNIFF_BYTES]):
+            data = data.replace(b"\r", b"\n")
+            _Stdin.data = data
+        return Source(
+            name="<stdin>", path=None, gz=False, mtime=None, head=data[:SNIFF_BYTES],
+            size=len(data),
+        )
+    path = Path(name)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DiagError(f"{name}: no such file") from None
+    except PermissionError:
+        raise DiagError(f"{name}: permission denied") from None
+    except OSError as exc:
+        raise DiagError(f"{name}: cannot open ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DiagError(f"{name}: is a directory (pass the log files inside it)")
+    if not os.access(path, os.R_OK):
+        raise DiagError(f"{name}: permission denied")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(2)
+    except OSError as exc:
+        raise DiagError(f"{name}: cannot read ({exc.strerror})") from None
+    gz = magic == GZIP_MAGIC
+    head = _read_head(name, path, gz)
+    _sniff_text(name, head)
+    return Source(
+        name=name,
+        path=path,
+        gz=gz,
+        mtime=datetime.fromtimestamp(st.st_mtime, tz=UTC),
+        head=head.replace(b"\r", b"\n") if _cr_only(head) else head,
+        size=st.st_size,
+        cr_only=_cr_only(head),
+    )
+
+
+def _gunzip_all(name: str, data: bytes) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error):
+        # Keep what decompressed before the damage: a truncated capture is still evidence.
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            return d.decompress(data)
+        except zlib.error:
+            raise DiagError(f"{name}: corrupt gzip data") from None
+
+
+def _read_head(name: str, path: Path, gz: bool) -> bytes:
+    try:
+        if gz:
+            with gzip.open(path, "rb") as g:
+                try:
+                    return g.read(SNIFF_BYTES)
+                except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
+                    raise DiagError(f"{name}: corrupt or truncated gzip data at the start") from None
+        with path.open("rb") as f:
+            return f.read(SNIFF_BYTES)
+    except OSError as exc:
+        raise DiagError(f"{name}: cannot read ({exc.strerror})") from None
+
+
+class TruncatedInput(Exception):
+    """Raised by readers when a .gz ends early; the scanner keeps what it read."""
+
+
+class _GzipStream(io.RawIOBase):
+    """Streaming gunzip that hands out every byte decompressed before any damage.
+
+    gzip.GzipFile loses the tail of the last read when the file is cut short; this
+    returns all the data first, then raises TruncatedInput. Memory stays flat.
+    """
+
+    _CHUNK = 256 << 10
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buf = b""
+        self._done = False
+        self._truncated = False
+        self._reported = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> None:
+        while not self._buf and not self._done:
+            data = self._d.unused_data if self._d.eof else self._raw.read(self._CHUNK)
+            if self._d.eof:
+                if not data:
+                    data = self._raw.read(self._CHUNK)
+                if not data:
+                    self._done = True
+                    return
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # next gzip member
+            elif not data:
+                self._done = self._truncated = True
+                return
+            try:
+                self._buf = self._d.decompress(data)
+            except zlib.error:
+                self._done = self._truncated = True
+                return
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        # Signal the damage one call after the data: a buffered reader would drop the
+        # bytes it had gathered if the first empty read raised.
+        if self._reported:
+            raise TruncatedInput("gzip stream ended early")
+        self._fill()
+        if not self._buf and self._truncated:
+            self._reported = True
+            return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+class _CRToLF(io.RawIOBase):
+    """Length-preserving \r -> \n translation, so byte offsets stay valid."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner = inner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._inner.read(len(b)).replace(b"\r", b"\n")
+        n = len(data)
+        b[:n] = data
+        return n
+
+
+@contextmanager
+def open_binary(src: Source) -> Iterator[BinaryIO]:
+    if src.path is None:
+        yield io.BytesIO(_Stdin.data or b"")
+        return
+    try:
+        if src.gz:
+            with src.path.open("rb") as raw:
+                reader: BinaryIO = io.BufferedReader(_GzipStream(raw), buffer_size=1 << 20)
+                yield io.BufferedReader(_CRToLF(reader)) if src.cr_only else reader
+        else:
+            with src.path.open("rb", buffering=0) as f:
+                yield io.BufferedReader(_CRToLF(f)) if src.cr_only else f
+    except PermissionError:
+        raise DiagError(f"{src.name}: permission denied") from None

@@ -1,0 +1,92 @@
+"""Timestamps: fast paths for the formats logs use, dateutil for the rest.
+
+Only signal lines reach here, so dateutil's ~15 us per call is affordable as a
+fallback, but the common formats are parsed by slicing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+
+from dateutil import parser as du_parser
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+)}
+
+
+def parse_iso(text: str) -> datetime | None:
+    """RFC 3339 / ISO 8601 with optional fraction (any length) and zone; naive -> UTC."""
+    s = text.strip().replace(",", ".")
+    zone: timezone | None = None
+    if s.endswith("Z"):
+        s, zone = s[:-1], UTC
+    elif len(s) > 6 and s[-6] in "+-" and s[-3] == ":":
+        zone = _offset(s[-6:].replace(":", ""))
+        s = s[:-6]
+    elif len(s) > 5 and s[-5] in "+-" and s[-4:].isdigit() and ("T" in s or " " in s):
+        zone = _offset(s[-5:])
+        s = s[:-5]
+    frac = 0
+    if "." in s:
+        s, f = s.split(".", 1)
+        frac = int((f + "000000")[:6]) if f.isdigit() else 0
+    try:
+        dt = datetime.strptime(s.replace("T", " "), "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return dt.replace(microsecond=frac, tzinfo=zone or UTC)
+
+
+def _offset(text: str) -> timezone:
+    sign = -1 if text[0] == "-" else 1
+    return timezone(sign * timedelta(hours=int(text[1:3]), minutes=int(text[3:5])))
+
+
+def parse_any(text: str) -> datetime | None:
+    """Fallback for RFC 1123 (`Mon, 15 Jan 2024 14:22:01 +0000`), dmesg -T, etc."""
+    try:
+        dt = du_parser.parse(text)
+    except (ValueError, OverflowError):
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def parse_month_day(text: str, year: int, tz: timezone = UTC) -> datetime | None:
+    """vLLM `MM-DD HH:MM:SS` or syslog `Aug 19 18:34:30` with a borrowed year."""
+    try:
+        if text[:3] in _MONTHS:
+            month = _MONTHS[text[:3]]
+            day = int(text[4:6])
+            hms = text[7:15]
+        else:
+            month = int(text[0:2])
+            day = int(text[3:5])
+            hms = text[6:14]
+        h, m, s = (int(x) for x in hms.split(":"))
+        return datetime(year, month, day, h, m, s, tzinfo=tz)
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass
+class YearTracker:
+    """Assigns years to year-less timestamps of one source, in file order.
+
+    A month that jumps backwards by more than six months is a Dec -> Jan rollover;
+    small backwards steps are out-of-order multi-process lines, not a new year.
+    """
+
+    year: int
+    last_month: int | None = None
+
+    def resolve(self, month: int) -> int:
+        if self.last_month is not None:
+            if month < self.last_month and self.last_month - month > 6:
+                self.year += 1
+            elif month > self.last_month and month - self.last_month > 6:
+                # Out-of-order line from just before the rollover.
+                return self.year - 1
+        self.last_month = month
+        return self.year

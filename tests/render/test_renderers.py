@@ -1,0 +1,626 @@
+"""Renderers: every format shows the same report content; format-specific rules hold."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preemptdiag.records import (
+    Class,
+    Confidence,
+    EngineInfo,
+    Event,
+    Kind,
+    Lever,
+    Report,
+    ScanStats,
+    Verdict,
+    Window,
+)
+from preemptdiag.render import Format, render
+from preemptdiag.render.common import sparkline
+from preemptdiag.render.markdown import fence_for
+
+ANSI = re.compile(r"\x1b\[")
+T0 = datetime(2024, 6, 16, 21, 24, 0, tzinfo=UTC)
+THRESHOLDS = {"kv_pressure_pct": 95.0, "thrash_min_windows": 3}
+
+
+def ev(line: int, text: str, *, kind: Kind = Kind.PREEMPTION, minute: int = 1) -> Event:
+    return Event(
+        source="vllm.log",
+        line=line,
+        sig="vllm.v0.preempt_warning",
+        kind=kind,
+        ts=T0 + timedelta(minutes=minute),
+        fields={},
+        text=text,
+        replica="vllm.log",
+    )
+
+
+def win(i: int, cls: Class = Class.HEALTHY, **kw: Any) -> Window:
+    base: dict[str, Any] = dict(
+        replica="vllm.log",
+        start=T0 + timedelta(minutes=i),
+        end=T0 + timedelta(minutes=i + 1),
+        n_events=6,
+        n_stats=6,
+        preemptions=0.0,
+        preemptions_lower_bound=False,
+        max_cumulative=None,
+        kv_max=40.0,
+        kv_mean=35.0,
+        running_max=12,
+        running_mean=10.0,
+        waiting_first=0,
+        waiting_last=0,
+        waiting_max=0,
+        swapped_first=None,
+        swapped_last=None,
+        swapped_max=None,
+        prompt_tput=800.0,
+        gen_tput=450.5,
+        alloc_failures=0,
+        host_ooms=0,
+        engine_deaths=0,
+        swap_warnings=0,
+        evidence=(),
+        cls=cls,
+        confidence=Confidence.HIGH,
+    )
+    base.update(kw)
+    return Window(**base)
+
+
+PREEMPT_TEXT = (
+    "WARNING 06-16 21:25:03 scheduler.py:1089] Sequence group 7 is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+    "total_num_cumulative_preemption=51"
+)
+
+
+def thrash_report() -> Report:
+    evidence = (
+        ev(120, PREEMPT_TEXT),
+        ev(
+            245,
+            "INFO 06-16 21:26:10 metrics.py:341] Avg prompt throughput: 9120.4 tokens/s, "
+            "Running: 48 reqs, Pending: 31 reqs, GPU KV cache usage: 99.8%",
+            kind=Kind.STATS,
+            minute=2,
+        ),
+    )
+    windows = (
+        win(0, Class.HEALTHY),
+        win(
+            1,
+            Class.THRASH_LOOP,
+            preemptions=51.0,
+            preemptions_lower_bound=True,
+            kv_max=99.8,
+            running_max=48,
+            waiting_first=3,
+            waiting_last=31,
+            waiting_max=31,
+            prompt_tput=9120.4,
+            gen_tput=120.0,
+            evidence=evidence[:1],
+        ),
+        win(
+            2,
+            Class.THRASH_LOOP,
+            preemptions=50.0,
+            kv_max=100.0,
+            running_max=48,
+            waiting_first=31,
+            waiting_last=40,
+            waiting_max=40,
+            evidence=evidence[1:],
+        ),
+        win(
+            3,
+            Class.THRASH_LOOP,
+            preemptions=49.5,
+            kv_max=98.5,
+            running_max=47,
+            waiting_first=40,
+            waiting_last=52,
+            waiting_max=52,
+            prompt_tput=None,
+        ),
+    )
+    verdict = Verdict(
+        cls=Class.THRASH_LOOP,
+        confidence=Confidence.HIGH,
+        start=T0 + timedelta(minutes=1),
+        end=T0 + timedelta(minutes=4),
+        replica="vllm.log",
+        why="preemption in 3 consecutive windows with KV pinned at 98.5-100%",
+        evidence=evidence,
+    )
+    lever = Lever(
+        knob="--max-num-seqs",
+        current="256",
+        proposed="96",
+        arithmetic=(
+            "KV tokens = 43,664 (GPU KV cache size)",
+            "live tokens per seq = 0.998 × 43,664 / 48 = 908",
+            "floor(0.9 × 43,664 / 908) = 43 → 96 after the p95 correction",
+        ),
+        verify="preemptions per minute → 0; completed req/s must not fall",
+        do_not="do not push --gpu-memory-utilization toward 1.0",
+        rationale="sustained preemption with KV pinned: fewer concurrent sequences fit",
+    )
+    return Report(
+        verdict=verdict,
+        lever=lever,
+        windows=windows,
+        engine=EngineInfo("vllm", "v0", "0.6.3"),
+        stats=ScanStats(
+            files=("vllm.log",),
+            lines_read=1200,
+            bytes_read=2_500_000,
+            recognised={"vllm.stats": 40, "vllm.preempt": 3},
+            skipped={"invalid_utf8": 2},
+        ),
+        thresholds=THRESHOLDS,
+        window_seconds=60,
+        notes=("V0 preemption warnings are sampled; counts come from the cumulative counter",),
+        tool_version="0.1.0",
+    )
+
+
+def no_evidence_report() -> Report:
+    verdict = Verdict(
+        cls=Class.INSUFFICIENT_EVIDENCE,
+        confidence=Confidence.LOW,
+        start=None,
+        end=None,
+        replica="",
+        why="no line matched a known signature",
+        evidence=(),
+        evidence_found=False,
+    )
+    lever = Lever(
+        knob=None,
+        current=None,
+        proposed=None,
+        arithmetic=(),
+        verify="rerun on the engine's stdout",
+        do_not="do not guess a knob",
+        rationale="nothing to change without evidence",
+    )
+    return Report(
+        verdict=verdict,
+        lever=lever,
+        windows=(),
+        engine=EngineInfo("unknown", None, None),
+        stats=ScanStats(("app.log",), 10, 300, {}, {}),
+        thresholds=THRESHOLDS,
+        window_seconds=60,
+        tool_version="0.1.0",
+    )
+
+
+def suspected_report() -> Report:
+    stats_ev = Event(
+        source="pod/vllm-0/engine",
+        line=77,
+        sig="vllm.v1.stats",
+        kind=Kind.STATS,
+        ts=T0,
+        fields={},
+        text="Engine 000: GPU KV cache usage: 100.0%, Waiting: 12 reqs | `x`",
+        replica="pod-a",
+    )
+    windows = (
+        win(0, Class.INSUFFICIENT_EVIDENCE, replica="pod-a", kv_max=100.0, swapped_max=4),
+        win(0, Class.HEALTHY, replica="pod-b", kv_max=20.0),
+    )
+    verdict = Verdict(
+        cls=Class.INSUFFICIENT_EVIDENCE,
+        confidence=Confidence.LOW,
+        start=T0,
+        end=T0 + timedelta(minutes=1),
+        replica="pod-a",
+        why="KV pinned at 100% with a growing queue, but V1 logs no preemptions",
+        evidence=(stats_ev,),
+        suspected=True,
+        capture_next="a /metrics scrape before and after (vllm:num_preemptions_total)",
+        cause="host_pressure",
+        consequence="allocation_failure",
+    )
+    lever = Lever(
+        knob=None,
+        current=None,
+        proposed=None,
+        arithmetic=(),
+        verify="capture metrics",
+        do_not="do not lower max-num-seqs blind",
+        rationale="preemption not proven",
+    )
+    return Report(
+        verdict=verdict,
+        lever=lever,
+        windows=windows,
+        engine=EngineInfo("vllm", "v1", None),
+        stats=ScanStats(("a.log", "b.log"), 50, 5000, {"vllm.stats": 12}, {}),
+        thresholds=THRESHOLDS,
+        window_seconds=60,
+    )
+
+
+REPORTS = {"thrash": thrash_report, "none": no_evidence_report, "suspected": suspected_report}
+ALL = list(Format)
+
+
+def out(name: str, fmt: Format, **kw: Any) -> str:
+    return render(REPORTS[name](), fmt, **kw)
+
+
+# ---------------------------------------------------------------- content in every format
+
+
+@pytest.mark.parametrize("fmt", ALL)
+@pytest.mark.parametrize("name", list(REPORTS))
+def test_verdict_class_and_confidence_in_every_format(name: str, fmt: Format) -> None:
+    v = REPORTS[name]().verdict
+    text = out(name, fmt)
+    assert str(v.cls) in text
+    assert str(v.confidence) in text
+    assert text.endswith("\n") and not text.endswith("\n\n")
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_human_formats_show_evidence_location_lever_and_footer(fmt: Format) -> None:
+    text = out("thrash", fmt)
+    assert "vllm.log:120" in text and "vllm.log:245" in text
+    assert "total_num_cumulative_preemption=51" in text
+    assert "--max-num-seqs: 256 → 96" in text
+    assert "floor(0.9 × 43,664 / 908) = 43" in text
+    assert "preemptions per minute → 0" in text
+    assert "do not push --gpu-memory-utilization toward 1.0" in text
+    assert "2024-06-16T21:25:00+00:00 → 2024-06-16T21:28:00+00:00" in text
+    assert "vllm.preempt=3, vllm.stats=40" in text  # sorted per family
+    assert "invalid_utf8=2" in text
+    assert "kv_pressure_pct=95, thrash_min_windows=3" in text
+    assert "vllm v0 0.6.3" in text
+    assert "2.4 MiB (2,500,000 bytes)" in text
+    assert "60 s" in text
+    assert "cumulative counter" in text  # the note
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_human_formats_say_no_evidence_and_no_change(fmt: Format) -> None:
+    text = out("none", fmt)
+    assert "no vLLM evidence found" in text
+    assert "no timestamps" in text
+    assert "no change" in text
+    assert "nothing to change without evidence" in text
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_human_formats_say_suspected_capture_next_and_cause(fmt: Format) -> None:
+    text = out("suspected", fmt)
+    assert "suspected, not proven" in text
+    assert "a /metrics scrape before and after (vllm:num_preemptions_total)" in text
+    assert "host_pressure → consequence: allocation_failure" in text
+    assert "pod/vllm-0/engine:77" in text
+
+
+# ---------------------------------------------------------------- timeline
+
+
+def test_timeline_cells_date_once_lower_bound_and_dashes() -> None:
+    text = out("thrash", Format.MARKDOWN)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 21:")]
+    assert rows[1] == ("| 21:25:00 | `thrash_loop` | 51+ | 99.8 | 48 | 3→31 | 9120.4 | 120.0 |")
+    assert rows[3].split(" | ")[2] == "50"  # 49.5 rounds half up, no "+": exact count
+    assert rows[3].split(" | ")[-2] == "–"  # missing prompt throughput
+    assert "#### Timeline (60 s windows, 2024-06-16 UTC)" in text
+    assert "replica" not in text.split("#### Timeline")[1].splitlines()[2]  # single replica
+    assert "swapped" not in text  # no window has a swapped count
+
+
+def test_timeline_replica_and_swapped_columns_when_present() -> None:
+    text = out("suspected", Format.MARKDOWN)
+    assert (
+        "| start (UTC) | replica | class | preemptions | KV max % | running max | waiting "
+        "| swapped max | prompt tok/s | gen tok/s |"
+    ) in text
+    assert "| 21:24:00 | pod-b | `healthy` | 0 | 20.0 | 12 | 0→0 | – | 800.0 | 450.5 |" in text
+
+
+def test_dates_per_row_when_windows_span_days() -> None:
+    r = thrash_report()
+    r = replace(r, windows=(*r.windows, win(60 * 24, Class.HEALTHY)))
+    text = render(r, Format.MARKDOWN)
+    assert "| 2024-06-17 21:24:00 |" in text
+    assert "#### Timeline (60 s windows)" in text
+
+
+def test_sparklines_scale_and_label() -> None:
+    assert sparkline([0, 1, 200, None]) == "▁▂█·"
+    assert sparkline([0.0, 50.0, 100.0], top=100.0) == "▁▅█"
+    text = out("thrash", Format.MARKDOWN)
+    assert "- KV max %: `▄███` (top = 100)" in text
+    assert "- preemptions: `▁███` (top = 51+)" in text
+
+
+def long_report() -> Report:
+    r = thrash_report()
+    ws = [win(i, Class.HEALTHY) for i in range(60)]
+    for i in (30, 31, 32):
+        ws[i] = win(i, Class.THRASH_LOOP, preemptions=7.0)
+    v = replace(r.verdict, start=T0 + timedelta(minutes=30), end=T0 + timedelta(minutes=33))
+    return replace(r, windows=tuple(ws), verdict=v)
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_long_timeline_keeps_head_episode_tail(fmt: Format) -> None:
+    text = render(long_report(), fmt)
+    assert "… 20 windows omitted …" in text  # 10..29
+    assert "… 17 windows omitted …" in text  # 33..49
+    shown = re.findall(r"\b21:\d\d:00\b|\b22:\d\d:00\b", text.split("Evidence")[0])
+    minutes = sorted({(int(t[:2]) - 21) * 60 + int(t[3:5]) - 24 for t in shown})
+    assert minutes == [*range(10), 30, 31, 32, *range(50, 60)]
+
+
+def test_mermaid_chart_block() -> None:
+    text = out("thrash", Format.MARKDOWN)
+    block = text.split("```mermaid\n")[1].split("\n```")[0].splitlines()
+    assert block[0] == "xychart-beta"
+    assert block[2] == '    x-axis ["21:24:00", "21:25:00", "21:26:00", "21:27:00"]'
+    assert block[3] == '    y-axis "preemptions / KV %" 0 --> 100'
+    assert block[4] == "    bar [0, 51, 50, 50]"
+    assert block[5] == "    line [40, 99.8, 100, 98.5]"
+
+
+def test_mermaid_charts_the_shown_windows_of_a_long_timeline() -> None:
+    text = render(long_report(), Format.MARKDOWN)
+    assert 'title "preemptions (bars) and KV max % (line) - 37 windows omitted"' in text
+    bars = text.split("    bar [")[1].split("]")[0].split(", ")
+    assert bars == ["0"] * 10 + ["7", "7", "7"] + ["0"] * 10
+
+
+def test_long_timeline_without_timestamps_keeps_head_and_tail() -> None:
+    r = long_report()
+    r = replace(r, verdict=replace(r.verdict, start=None, end=None))
+    text = render(r, Format.MARKDOWN)
+    assert "… 40 windows omitted …" in text
+    assert "| 21:54:00 |" not in text
+
+
+def test_mermaid_charts_only_the_verdict_replica() -> None:
+    text = out("suspected", Format.MARKDOWN)
+    assert '    x-axis ["21:24:00"]' in text
+    assert "    line [100]" in text
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def test_markdown_heading_escaping_and_fenced_evidence() -> None:
+    text = out("suspected", Format.MARKDOWN)
+    assert "\x1b" not in text
+    assert text.startswith("### preemptdiag: insufficient_evidence (low)\n")
+    # The evidence line contains a `|` and backticks: it sits in a fenced text block.
+    assert (
+        "```text\npod/vllm-0/engine:77  Engine 000: GPU KV cache usage: 100.0%, "
+        "Waiting: 12 reqs | `x`\n```"
+    ) in text
+    assert fence_for("a ``` b") == "````"
+
+
+def test_markdown_table_cell_escapes_pipes() -> None:
+    r = suspected_report()
+    r = replace(r, windows=tuple(replace(w, replica=w.replica + "|x") for w in r.windows))
+    assert "| 21:24:00 | pod-b\\|x | `healthy` |" in render(r, Format.MARKDOWN)
+
+
+def test_evidence_truncated_and_capped() -> None:
+    r = thrash_report()
+    many = tuple(ev(i, "x" * 300) for i in range(1, 11))
+    r = replace(r, verdict=replace(r.verdict, evidence=many))
+    text = render(r, Format.MARKDOWN)
+    assert f"vllm.log:1  {'x' * 199}…\n" in text
+    assert "vllm.log:8  " in text and "vllm.log:9  " not in text
+    assert "2 more evidence line(s)" in text
+    assert len(json.loads(render(r, Format.JSON))["verdict"]["evidence"]) == 10
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def test_terminal_colour_only_when_asked() -> None:
+    plain = out("thrash", Format.TERMINAL, color=False)
+    coloured = out("thrash", Format.TERMINAL, color=True)
+    assert not ANSI.search(plain)
+    assert "\x1b[31m" in coloured or "\x1b[1;31m" in coloured  # thrash_loop in red
+    assert "\x1b[32mhealthy" in coloured
+    assert ANSI.sub("", re.sub(r"\x1b\[[0-9;]*m", "", coloured)) == plain
+
+
+def test_terminal_never_truncates_the_class_at_default_width() -> None:
+    rows = [ln.split() for ln in out("suspected", Format.TERMINAL).splitlines()]
+    assert [
+        "21:24:00",
+        "pod-a",
+        "insufficient_evidence",
+        "0",
+        "100.0",
+        "12",
+        "0→0",
+        "4",
+        "800.0",
+        "450.5",
+    ] in rows
+    assert ["KV", "max", "%", "[pod-b]", "▃", "(top", "=", "100)"] in rows
+    assert not any(ln != ln.rstrip() for ln in out("thrash", Format.TERMINAL).splitlines())
+
+
+def test_terminal_width_and_markup_safety() -> None:
+    r = thrash_report()
+    e = replace(r.verdict.evidence[0], text="[bold]not markup[/bold] :smile: \x1b[31mred")
+    r = replace(r, verdict=replace(r.verdict, evidence=(e,)))
+    text = render(r, Format.TERMINAL, width=80)
+    assert "[bold]not markup[/bold] :smile: \ufffd[31mred" in text
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert "51+" in text
+
+
+# ---------------------------------------------------------------- json
+
+
+def test_json_structure_and_verdict_fields() -> None:
+    doc = json.loads(out("thrash", Format.JSON))
+    assert list(doc) == [
+        "schema",
+        "schema_version",
+        "tool_version",
+        "verdict",
+        "lever",
+        "windows",
+        "engine",
+        "scan",
+        "thresholds",
+        "window_seconds",
+        "notes",
+    ]
+    assert doc["schema"] == "preemptdiag/report" and doc["schema_version"] == 1
+    v = doc["verdict"]
+    assert {k: v[k] for k in v if k != "evidence"} == {
+        "class": "thrash_loop",
+        "confidence": "high",
+        "start": "2024-06-16T21:25:00+00:00",
+        "end": "2024-06-16T21:28:00+00:00",
+        "replica": "vllm.log",
+        "why": "preemption in 3 consecutive windows with KV pinned at 98.5-100%",
+        "evidence_found": True,
+        "suspected": False,
+        "capture_next": None,
+        "cause": None,
+        "consequence": None,
+    }
+    assert v["evidence"][0] == {
+        "file": "vllm.log",
+        "line": 120,
+        "signature": "vllm.v0.preempt_warning",
+        "kind": "preemption",
+        "text": PREEMPT_TEXT,
+        "ts": "2024-06-16T21:25:00+00:00",
+    }
+    assert doc["lever"]["proposed"] == "96" and len(doc["lever"]["arithmetic"]) == 3
+    w1 = doc["windows"][1]
+    assert (w1["class"], w1["preemptions"], w1["preemptions_lower_bound"]) == (
+        "thrash_loop",
+        51.0,
+        True,
+    )
+    assert w1["evidence"][0]["line"] == 120
+    assert doc["scan"]["recognised"] == {"vllm.preempt": 3, "vllm.stats": 40}
+    assert list(doc["scan"]["recognised"]) == ["vllm.preempt", "vllm.stats"]
+    assert doc["engine"] == {"engine": "vllm", "generation": "v0", "version": "0.6.3"}
+    assert doc["thresholds"] == THRESHOLDS and doc["window_seconds"] == 60
+    assert "exit_code" not in doc
+
+
+def test_json_no_evidence_and_nan() -> None:
+    r = no_evidence_report()
+    r = replace(r, windows=(win(0, kv_max=float("nan")),))
+    doc = json.loads(render(r, Format.JSON))
+    assert doc["verdict"]["evidence_found"] is False and doc["verdict"]["start"] is None
+    assert doc["verdict"]["evidence"] == [] and doc["lever"]["knob"] is None
+    assert doc["windows"][0]["kv_max"] is None  # NaN is not JSON
+
+
+def test_json_naive_datetime_read_as_utc() -> None:
+    r = thrash_report()
+    r = replace(r, verdict=replace(r.verdict, start=datetime(2024, 1, 2, 3, 4, 5)))
+    assert json.loads(render(r, Format.JSON))["verdict"]["start"] == "2024-01-02T03:04:05+00:00"
+
+
+# ---------------------------------------------------------------- sarif
+
+
+def test_sarif_structure() -> None:
+    doc = json.loads(out("thrash", Format.SARIF))
+    assert doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = doc["runs"]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "preemptdiag" and driver["version"] == "0.1.0"
+    assert [r["id"] for r in driver["rules"]] == [str(c) for c in Class]
+    assert all(r["shortDescription"]["text"] for r in driver["rules"])
+    results = run["results"]
+    assert len(results) == 2
+    first = results[0]
+    assert first["ruleId"] == "thrash_loop" and first["level"] == "error"
+    assert driver["rules"][first["ruleIndex"]]["id"] == "thrash_loop"
+    assert first["message"]["text"] == thrash_report().verdict.why
+    loc = first["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "vllm.log"
+    assert loc["region"]["startLine"] == 120
+    assert [r["locations"][0]["physicalLocation"]["region"]["startLine"] for r in results] == [
+        120,
+        245,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cls", "level"),
+    [
+        (Class.ALLOCATION_FAILURE, "error"),
+        (Class.HOST_PRESSURE, "error"),
+        (Class.BENIGN_PREEMPTION, "warning"),
+        (Class.INSUFFICIENT_EVIDENCE, "warning"),
+        (Class.QUEUEING, "note"),
+        (Class.HEALTHY, "note"),
+    ],
+)
+def test_sarif_levels(cls: Class, level: str) -> None:
+    r = thrash_report()
+    r = replace(r, verdict=replace(r.verdict, cls=cls))
+    result = json.loads(render(r, Format.SARIF))["runs"][0]["results"][0]
+    assert (result["ruleId"], result["level"]) == (str(cls), level)
+
+
+def test_sarif_no_evidence_and_uri_encoding() -> None:
+    run = json.loads(out("none", Format.SARIF))["runs"][0]
+    assert run["results"] == []
+    notes = run["invocations"][0]["toolExecutionNotifications"]
+    assert notes[0]["message"]["text"] == "no vLLM evidence found"
+    run = json.loads(out("suspected", Format.SARIF))["runs"][0]
+    uri = run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri == "pod/vllm-0/engine"
+    r = thrash_report()
+    e = replace(r.verdict.evidence[0], source="my logs/v llm.log")
+    r = replace(r, verdict=replace(r.verdict, evidence=(e,)))
+    loc = json.loads(render(r, Format.SARIF))["runs"][0]["results"][0]["locations"][0]
+    assert loc["physicalLocation"]["artifactLocation"]["uri"] == "my%20logs/v%20llm.log"
+
+
+def test_render_accepts_plain_string_format() -> None:
+    assert render(thrash_report(), "json") == render(thrash_report(), Format.JSON)  # type: ignore[arg-type]
+
+
+def test_every_json_key_is_documented() -> None:
+    doc_text = (Path(__file__).parents[2] / "docs" / "json-schema.md").read_text()
+    doc = json.loads(out("thrash", Format.JSON))
+    objects = [
+        doc,
+        doc["verdict"],
+        doc["verdict"]["evidence"][0],
+        doc["lever"],
+        doc["engine"],
+        doc["scan"],
+        doc["windows"][0],
+    ]
+    keys = {k for o in objects for k in o}
+    assert keys and all(f"`{k}`" in doc_text for k in keys), keys

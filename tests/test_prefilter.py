@@ -1,0 +1,257 @@
+"""The prefilter must pick exactly the lines the obvious definition picks, fast or not."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from preemptdiag.prefilter import (
+    Engine,
+    LineFinder,
+    iter_blocks,
+    number_lines,
+    split_ranges,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+ENGINES: list[Engine] = ["aho", "python"]
+LITS = [b"reempt", b"KV cache", b"oom", b"OOM", b"Exited (137)", b"ut of memory", b"args: "]
+
+
+def reference(block: bytes, literals: Sequence[bytes]) -> list[tuple[int, int]]:
+    out = []
+    start = 0
+    while start < len(block):
+        end = block.find(b"\n", start)
+        if end == -1:
+            end = len(block)
+        line = block[start:end]
+        if any(lit in line for lit in literals):
+            out.append((start, end))
+        start = end + 1
+    return out
+
+
+def lines_of(block: bytes, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    return [block[s:e] for s, e in spans]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_hand_made_block(engine: Engine) -> None:
+    block = (
+        b"INFO start\r\n"  # no literal, CRLF
+        b"oom at start\r\n"  # literal at line start, CR kept in the line
+        b"\n"  # empty line
+        b"line ends with OOM\n"  # literal at line end
+        b"OOM again, right at the next line's start\n"
+        b"KV cache and reempt twice oom\n"  # three literals, one entry
+        b"Exited (137\n"  # near miss
+        b"ends without newline: Exited (137)"
+    )
+    finder = LineFinder(LITS, engine=engine)
+    spans = finder.candidate_lines(block)
+    assert lines_of(block, spans) == [
+        b"oom at start\r",
+        b"line ends with OOM",
+        b"OOM again, right at the next line's start",
+        b"KV cache and reempt twice oom",
+        b"ends without newline: Exited (137)",
+    ]
+    assert spans == reference(block, LITS)
+    assert spans[-1][1] == len(block)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_edge_literal_sets(engine: Engine) -> None:
+    block = b"a\n\nbc\nab"
+    assert LineFinder([], engine=engine).candidate_lines(block) == []
+    # The empty literal is in every line, even an empty one.
+    every = LineFinder([b"zz", b""], engine=engine)
+    assert every.candidate_lines(block) == [(0, 1), (2, 2), (3, 5), (6, 8)]
+    # A literal holding a newline never fits inside a line.
+    assert LineFinder([b"a\nb"], engine=engine).candidate_lines(block) == []
+    dup = LineFinder([b"b", b"b", b"bc", b"ab"], engine=engine)
+    assert dup.literals == (b"b",)
+    assert dup.candidate_lines(block) == [(3, 5), (6, 8)]
+    assert LineFinder([b"x"], engine=engine).candidate_lines(b"") == []
+
+
+def test_auto_engine_is_the_library() -> None:
+    assert LineFinder(LITS).engine == "aho"
+
+
+# Blocks built from literal pieces, separators and noise, so literals are often cut
+# by a newline, glued to neighbours, or repeated on one line.
+_PIECES = st.sampled_from(
+    [
+        b"\n",
+        b"\r",
+        b"\r\n",
+        b" ",
+        b"o",
+        b"oo",
+        b"m",
+        b"OO",
+        b"KV ",
+        b"cache",
+        b"reem",
+        b"pt",
+        b"(137)",
+        b"Exited ",
+        b"args:",
+        b": ",
+        b"\xff",
+        b"\x00",
+        *LITS,
+    ]
+)
+_BLOCKS = st.lists(st.one_of(_PIECES, st.binary(max_size=6)), max_size=60).map(b"".join)
+_LITERALS = st.lists(
+    st.one_of(st.sampled_from(LITS), st.binary(min_size=1, max_size=4)), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(block=_BLOCKS, literals=_LITERALS)
+def test_engines_equal_reference(block: bytes, literals: list[bytes]) -> None:
+    want = reference(block, literals)
+    for engine in ENGINES:
+        finder = LineFinder(literals, engine=engine)
+        assert finder.candidate_lines(block) == want, engine
+
+
+@given(block=_BLOCKS)
+def test_number_lines(block: bytes) -> None:
+    spans = reference(block, LITS)
+    numbers, newlines = number_lines(block, spans, 10)
+    assert newlines == block.count(b"\n")
+    assert numbers == [10 + block.count(b"\n", 0, s) for s, _ in spans]
+
+
+def test_number_lines_long_lines() -> None:
+    # Long lines take the find-per-line path; the answer must not change.
+    block = b"".join(b"%s %d\n" % (b"x" * (i * 97 % 3000), i) for i in range(400)) + b"tail oom"
+    spans = reference(block, [b"7", b"oom"])
+    numbers, newlines = number_lines(block, spans, 1)
+    assert newlines == 400
+    assert numbers == [1 + block.count(b"\n", 0, s) for s, _ in spans]
+    assert numbers[-1] == 401 and len(numbers) == 77
+
+
+class _Pipe(io.RawIOBase):
+    """A stream that cannot seek, like stdin or a decompressor."""
+
+    def __init__(self, data: bytes) -> None:
+        self._src = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: WriteableBuffer) -> int:
+        view = memoryview(b)
+        chunk = self._src.read(min(len(view), 3))  # short reads, as pipes give
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+
+LONG = b"x" * 5000 + b" oom " + b"y" * 5000
+DATA = b"first\nKV cache 1\n" + LONG + b"\nshort\n\n" + b"z" * 40 + b" OOM\nlast line oom"
+
+
+def _opened(kind: str, data: bytes, tmp_path: Path) -> BinaryIO:
+    if kind == "bytesio":
+        return io.BytesIO(data)
+    if kind == "file":
+        p = tmp_path / "log"
+        p.write_bytes(data)
+        return open(p, "rb", buffering=0)  # closed by the caller
+    return cast(BinaryIO, io.BufferedReader(_Pipe(data), buffer_size=8))
+
+
+@pytest.mark.parametrize("kind", ["bytesio", "file", "pipe"])
+@pytest.mark.parametrize("block_size", [1, 7, 64, 1 << 20])
+def test_iter_blocks_whole_lines(kind: str, block_size: int, tmp_path: Path) -> None:
+    with _opened(kind, DATA, tmp_path) as f:
+        blocks = list(iter_blocks(f, block_size=block_size))
+    assert b"".join(b for b, _ in blocks) == DATA
+    assert [off for _, off in blocks] == [
+        sum(len(b) for b, _ in blocks[:i]) for i in range(len(blocks))
+    ]
+    assert all(b.endswith(b"\n") for b, _ in blocks[:-1])
+    assert any(LONG + b"\n" in b for b, _ in blocks)  # a long line comes whole
+    # Candidate lines found block by block, numbered in the same pass, are the
+    # lines the reference finds in the whole input.
+    finder = LineFinder(LITS)
+    found = []
+    next_line = 1
+    for block, _ in blocks:
+        spans = finder.candidate_lines(block)
+        numbers, newlines = number_lines(block, spans, next_line)
+        found += [(n, block[s:e]) for n, (s, e) in zip(numbers, spans, strict=True)]
+        next_line += newlines
+    assert found == [(2, b"KV cache 1"), (3, LONG), (6, b"z" * 40 + b" OOM"), (7, b"last line oom")]
+
+
+def test_iter_blocks_empty_and_byte_range(tmp_path: Path) -> None:
+    assert list(iter_blocks(io.BytesIO(b""))) == []
+    p = tmp_path / "log"
+    p.write_bytes(DATA)
+    start = DATA.index(b"short")
+    end = DATA.index(b"last")
+    with open(p, "rb") as f:
+        got = list(iter_blocks(f, block_size=4, byte_range=(start, end)))
+    assert b"".join(b for b, _ in got) == DATA[start:end]
+    assert got[0][1] == start
+
+
+def test_long_line_is_linear() -> None:
+    # Re-concatenating a growing carry would copy ~12 GB here (many seconds).
+    data = b"a" * (5 << 20) + b"\nb\n"
+    t0 = time.perf_counter()
+    blocks = [b for b, _ in iter_blocks(io.BytesIO(data), block_size=1024)]
+    assert time.perf_counter() - t0 < 1.0
+    assert b"".join(blocks) == data
+    assert blocks[0].startswith(data[:-2])
+
+
+def _check_ranges(data: bytes, ranges: list[tuple[int, int]]) -> None:
+    assert b"".join(data[s:e] for s, e in ranges) == data
+    for s, e in ranges:
+        assert s < e
+        assert s == 0 or data[s - 1 : s] == b"\n"
+        assert e == len(data) or data[e - 1 : e] == b"\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=_BLOCKS, parts=st.integers(1, 9))
+def test_split_ranges_cover_once(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, parts: int
+) -> None:
+    p = tmp_path_factory.mktemp("split") / "log"
+    p.write_bytes(data)
+    ranges = split_ranges(p, parts)
+    assert len(ranges) <= parts
+    _check_ranges(data, ranges)
+
+
+def test_split_ranges_shapes(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    p.write_bytes(b"")
+    assert split_ranges(p, 4) == []
+    p.write_bytes(b"x" * 300_000)  # one line, no newline: cannot be split
+    assert split_ranges(p, 4) == [(0, 300_000)]
+    lines = b"".join(b"line %05d\n" % i for i in range(1000))  # 11 bytes a line
+    p.write_bytes(lines)
+    assert split_ranges(p, 2) == [(0, 5500), (5500, 11000)]
+    assert split_ranges(p, 3) == [(0, 3674), (3674, 7337), (7337, 11000)]
+    with pytest.raises(ValueError):
+        split_ranges(p, 0)
