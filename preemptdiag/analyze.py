@@ -166,10 +166,9 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         replicas = sorted({e.replica for e in events}) or ["metrics"]
         if len(replicas) > 1:
             notes.append(f"/metrics scrapes attached to {replicas[0]} (several replicas present)")
-        for p in proms:
-            text = _read_text(p)
-            scrapes = parse_scrapes(text, p.name, p.mtime)
-            events.extend(_scrape_events(scrapes, replicas[0]))
+        # One counter series across all scrape files: deltas run from file to file.
+        scrapes = [sc for p in proms for sc in parse_scrapes(_read_text(p), p.name, p.mtime)]
+        events.extend(_scrape_events(scrapes, replicas[0]))
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
     if opts.since or opts.until:
         events = [

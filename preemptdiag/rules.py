@@ -89,7 +89,7 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
     if w.preemptions > 0:
         conf = Confidence.LOW if w.preemptions_lower_bound and not w.n_stats else Confidence.MEDIUM
         return replace(w, cls=Class.BENIGN_PREEMPTION, confidence=conf,
-                       why=f"{w.preemptions:g} preemption(s), KV max {_fmt(w.kv_max, '%')}")
+                       why=f"{w.preemptions:.0f} preemption(s), KV max {_fmt(w.kv_max, '%')}")
     if w.swap_warnings:
         return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.LOW,
                        why="swap space sized against host RAM (vLLM swap-space warning)")
@@ -142,12 +142,13 @@ def _thrash_reason(run: Sequence[Window], thr: Thresholds, seconds: int) -> str 
     kv_hot = bool(kv_vals) and max(kv_vals) >= thr.kv_pressure_pct
     total = sum(w.preemptions for w in run)
     if len(run) >= thr.thrash_min_windows and (kv_hot or not kv_vals):
-        return (f"preemption in {len(run)} consecutive windows ({total:g} in all)"
+        return (f"preemption in {len(run)} consecutive windows ({total:.0f} in all)"
                 + (f", KV up to {max(kv_vals):.1f}%" if kv_vals else ""))
     rate_limit = thr.thrash_rate_per_min * seconds / 60.0
     for w in run:
         if kv_hot and w.preemptions >= rate_limit:
-            return f"{w.preemptions:g} preemptions in one {seconds}s window with KV at {max(kv_vals):.1f}%"
+            return (f"{w.preemptions:.0f} preemptions in one {seconds}s window with KV at "
+                    f"{max(kv_vals):.1f}%")
         if (
             w.max_cumulative is not None
             and w.max_cumulative >= thr.thrash_cumulative
