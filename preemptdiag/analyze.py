@@ -141,6 +141,27 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
     return out
 
 
+_SYSTEM_PREFIXES = ("system.", "k8s.", "docker.", "ray.")
+
+
+def _attach_system_sources(events: list[Event], notes: list[str]) -> list[Event]:
+    """Kernel, kubectl and docker files describe the engine's node or pod. With one
+    engine replica in the inputs they join its timeline; with several they stay
+    separate (which replica a node kill hit cannot be told from the lines)."""
+    engine_replicas = {e.replica for e in events if not e.sig.startswith(_SYSTEM_PREFIXES)}
+    system_sources = {
+        e.replica for e in events if e.replica not in engine_replicas
+    }
+    if len(engine_replicas) != 1 or not system_sources:
+        return events
+    target = next(iter(engine_replicas))
+    notes.append(
+        f"system evidence from {', '.join(sorted(system_sources))} placed on the timeline "
+        f"of {target}"
+    )
+    return [replace(e, replica=target) if e.replica in system_sources else e for e in events]
+
+
 def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...]:
     return tuple(replace(e, text=redactor(e.text)) for e in evs)
 
@@ -162,6 +183,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     ]
     events = build_events(hits_by_source, opts.time)
     notes: list[str] = []
+    events = _attach_system_sources(events, notes)
     if proms:
         replicas = sorted({e.replica for e in events}) or ["metrics"]
         if len(replicas) > 1:
@@ -180,7 +202,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     vis = preemption_visibility(events, info)
     windows = classify(build_windows(events, opts.window_seconds, opts.thresholds),
                        opts.thresholds, vis, opts.window_seconds)
-    v = verdict(windows, opts.thresholds, vis, opts.window_seconds)
+    v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
     facts = read_facts(events)
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
     redactor = Redactor(enabled=opts.redact)

@@ -93,6 +93,36 @@ def _base_year(hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext) ->
     return (mtime or datetime.now(tz=UTC)).year
 
 
+def infer_boot_time(hits: Sequence[Hit], ctx: TimeContext) -> datetime | None:
+    """Boot time from a line that carries both a dated stamp and a dmesg uptime
+    (journald/syslog `kernel: [12345.678] ...`)."""
+    clock = _SourceClock(YearTracker(_base_year(hits, None, ctx)), None)
+    for h in hits:
+        if h.uptime is not None and h.ts_wrapper:
+            ts = _wrapper_ts(h.ts_wrapper, clock, ctx)
+            if ts is not None:
+                return ts - timedelta(seconds=h.uptime)
+    return None
+
+
+def _stamp_from_context(out: list[tuple[Hit, datetime | None]], ctx: TimeContext) -> None:
+    """A context line with an `at` field (kubectl describe `Finished:`) dates the
+    unstamped lines of its block just above it (Reason, Exit Code)."""
+    for i, (h, ts) in enumerate(out):
+        at = h.fields.get("at")
+        if not isinstance(at, str):
+            continue
+        when = parse_any(at)
+        if when is None:
+            continue
+        out[i] = (h, when)
+        for j in range(i - 1, -1, -1):
+            prev, pts = out[j]
+            if h.line - prev.line > 8 or pts is not None:
+                break
+            out[j] = (prev, when)
+
+
 def resolve_times(
     hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext
 ) -> list[tuple[Hit, datetime | None]]:
@@ -116,6 +146,7 @@ def resolve_times(
                 (h, _minus_year(t) if t is not None and not _has_own_year(h) else t)
                 for h, t in out
             ]
+    _stamp_from_context(out, ctx)
     # Lines with no stamp of their own inherit the previous line's (tracebacks, bare
     # errors); the ones before the first stamp take the first.
     first = next((t for _, t in out if t is not None), None)
@@ -166,8 +197,14 @@ def _dedupe_ranks(pairs: list[tuple[Hit, datetime | None]]) -> list[tuple[Hit, d
 def build_events(
     hits_by_source: Iterable[tuple[Sequence[Hit], datetime | None]], ctx: TimeContext
 ) -> list[Event]:
+    sources = list(hits_by_source)
+    if ctx.boot_time is None:
+        # One node's dmesg uptime stamps can borrow the boot time another file shows.
+        boot = next((b for hits, _ in sources if (b := infer_boot_time(hits, ctx))), None)
+        if boot is not None:
+            ctx = replace(ctx, boot_time=boot)
     events: list[Event] = []
-    for hits, mtime in hits_by_source:
+    for hits, mtime in sources:
         pairs = _dedupe_ranks(resolve_times(hits, mtime, ctx))
         events.extend(_count_preemptions(pairs))
     events.sort(key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.source, e.line))

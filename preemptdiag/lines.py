@@ -48,6 +48,7 @@ class Line:
     ts_kind: str | None  # how to parse ts_wrapper: iso, sql, dmesg_t, syslog, clock, uptime
     pod: str | None  # kubectl --prefix pod
     rank: str | None  # SGLang "TP3" style rank
+    uptime: float | None = None  # dmesg seconds-since-boot seen next to a dated stamp
 
 
 def _peel_json(s: str) -> tuple[str, str | None]:
@@ -70,6 +71,7 @@ def normalise(raw: str) -> Line:
     kind: str | None = None
     pod: str | None = None
     rank: str | None = None
+    uptime: float | None = None
     if s.startswith('{"'):
         s, ts = _peel_json(s)
         kind = "iso" if ts else None
@@ -99,6 +101,7 @@ def normalise(raw: str) -> Line:
                 if k in ("iso", "syslog"):
                     m2 = _DMESG_UPTIME.match(s)
                     if m2:
+                        uptime = float(m2.group("up"))
                         s = s[m2.end() :]
                 break
     if s.startswith(">"):
@@ -108,7 +111,7 @@ def normalise(raw: str) -> Line:
     if "\r" in s:
         # vLLM's multi-line records end each piece in \r; tqdm redraws with \r.
         s = s.replace("\r", " ")
-    return Line(text=s, ts_wrapper=ts, ts_kind=kind, pod=pod, rank=rank)
+    return Line(text=s, ts_wrapper=ts, ts_kind=kind, pod=pod, rank=rank, uptime=uptime)
 
 
 def engine_ts_before(text: str, pos: int) -> str | None:

@@ -62,6 +62,7 @@ class Hit:
     proc: str | None  # process / rank prefix, e.g. "VllmWorkerProcess", "TP3"
     repeat: int = 1  # Ray "[repeated Nx across cluster]" multiplier
     pod: str | None = None  # kubectl --prefix "pod/<name>/<container>"
+    uptime: float | None = None  # dmesg uptime printed beside a dated stamp (boot time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,11 +78,37 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return "?" if v is None else f"{v:.1f}{unit}" if isinstance(v, float) else f"{v}{unit}"
 
 
+_ALLOC_WORDS = {
+    "cuda_oom": "CUDA out of memory",
+    "cuda_error_oom": "CUDA error: out of memory",
+    "cublas_alloc": "cuBLAS workspace allocation failed",
+    "nccl_oom": "NCCL could not allocate GPU memory",
+    "no_cache_memory": "no GPU memory left for KV cache blocks at start-up",
+    "kv_too_small": "max seq len larger than the KV cache at start-up",
+    "zero_blocks": "0 KV cache blocks at start-up",
+    "swap_exhausted": "CPU swap space for SWAP preemption exhausted",
+    "kv_alloc_shortfall": "KV block allocation shortfall",
+}
+
+
+def _alloc_why(w: Window) -> str:
+    for e in w.evidence:
+        if e.kind is Kind.ALLOC_FAILURE:
+            st = str(e.fields.get("subtype") or "")
+            words = _ALLOC_WORDS.get(st, st.replace("_", " ") or "allocation failure")
+            extra = ""
+            tried, free = e.fields.get("tried"), e.fields.get("free")
+            if isinstance(tried, int) and isinstance(free, int):
+                extra = f" (tried {tried / 1024**3:.2f} GiB, {free / 1024**3:.2f} GiB free)"
+            return f"GPU memory allocation failed: {words}{extra}"
+    return "GPU memory allocation failed (allocation-failure line)"
+
+
 def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
     kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
     if w.alloc_failures:
         return replace(w, cls=Class.ALLOCATION_FAILURE, confidence=Confidence.HIGH,
-                       why="GPU memory allocation failed (allocation-failure line)")
+                       why=_alloc_why(w))
     if w.host_ooms:
         return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.HIGH,
                        why="host/container memory kill (kernel, cgroup or container OOM line)")
@@ -244,8 +270,44 @@ def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
     return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
 
 
+_KILLERS = {"kernel_kill", "oom_invoked", "oom_summary", "memcg_usage", "systemd_oom",
+            "ray_memory_monitor", "shell_killed", "kernel_panic"}
+_AFTERMATH = {"k8s_oomkilled", "exit_137", "docker_oomkilled"}
+
+
+def _host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
+    """(why, cause, consequence) for host pressure: the kill, then what it did."""
+    host = [e for e in events if e.kind is Kind.HOST_OOM]
+    kills = [e for e in host if e.fields.get("subtype") in _KILLERS]
+    after = [e for e in host if e.fields.get("subtype") in _AFTERMATH]
+    if not kills and not after:
+        return None, None, None
+    cause = consequence = why = None
+    if kills:
+        k = next((e for e in kills if e.fields.get("subtype") == "kernel_kill"), kills[0])
+        proc = k.fields.get("process")
+        pid = k.fields.get("pid")
+        rss = k.fields.get("anon_rss_kb")
+        when = f" at {k.ts:%H:%M:%S}" if k.ts else ""
+        who = f"{proc} (pid {pid})" if proc and pid else str(proc or "a process")
+        size = f", anon-rss {int(rss) / 1024**2:.1f} GiB" if isinstance(rss, int) else ""
+        cause = f"{k.fields.get('subtype', 'kill')}: {who} killed{when}{size} [{k.source}:{k.line}]"
+        why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
+    if after:
+        a = after[0]
+        consequence = (f"container terminated: {a.fields.get('subtype')} "
+                       f"[{a.source}:{a.line}]")
+        if why is None:
+            why = "the container runtime reports an OOM kill / exit 137: host memory, not the GPU"
+    return why, cause, consequence
+
+
 def verdict(
-    windows: Sequence[Window], thr: Thresholds, vis: Visibility, seconds: int
+    windows: Sequence[Window],
+    thr: Thresholds,
+    vis: Visibility,
+    seconds: int,
+    events: Sequence[Event] = (),
 ) -> Verdict:
     if not windows:
         return Verdict(
@@ -281,6 +343,11 @@ def verdict(
             )
     elif cls is Class.ALLOCATION_FAILURE and any(w.engine_deaths for w in windows):
         cause, consequence = "GPU allocation failure", "engine death"
+    if cls is Class.HOST_PRESSURE and events:
+        h_why, h_cause, h_cons = _host_story(events)
+        why = h_why or why
+        cause = h_cause or cause
+        consequence = h_cons or consequence
     suspected = cls is Class.INSUFFICIENT_EVIDENCE and vis.blind
     if cls is Class.INSUFFICIENT_EVIDENCE and vis.blind:
         n = sum(1 for w in windows if w.cls is Class.INSUFFICIENT_EVIDENCE)

@@ -79,7 +79,7 @@ class Matcher:
         if not cands:
             return
         line = normalise(raw)
-        if self._emit(source, lineno, line.text, cands, result, line.ts_wrapper, line.ts_kind, line.rank, 0, line.pod):
+        if self._emit(source, lineno, line.text, cands, result, line.ts_wrapper, line.ts_kind, line.rank, 0, line.pod, line.uptime):
             return
         if next_raw is None:
             return
@@ -90,7 +90,7 @@ class Matcher:
         joined = line.text + nxt
         self._emit(
             source, lineno, joined, cands, result, line.ts_wrapper, line.ts_kind, line.rank,
-            len(line.text), line.pod,
+            len(line.text), line.pod, line.uptime,
         )
 
     def _emit(
@@ -105,6 +105,7 @@ class Matcher:
         rank: str | None,
         must_span: int,
         pod: str | None,
+        uptime: float | None = None,
     ) -> bool:
         found = False
         taken: list[tuple[int, int, Signature]] = []
@@ -139,6 +140,7 @@ class Matcher:
                         proc=proc,
                         repeat=repeat_count(text) if "[repeated" in text else 1,
                         pod=pod,
+                        uptime=uptime,
                     )
                 )
                 result.recognised[sig.family] += 1

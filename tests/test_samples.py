@@ -1,0 +1,112 @@
+"""Every shipped sample: exact class, lever and exit code, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preemptdiag.cli import main
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+def analyze(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    code = main(["analyze", "--format", "json", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+# file(s) -> (class, suspected, knob, current, proposed, exit code)
+CASES = {
+    "v0_healthy.log": ("healthy", False, None, None, None, 0),
+    "v1_queueing.log": ("queueing", False, None, None, None, 0),
+    "v0_benign_preemption.log": ("benign_preemption", False, None, None, None, 0),
+    "v0_thrash_loop.log": ("thrash_loop", False, "--max-num-seqs", "256", "46", 1),
+    "v1_thrash_loop.log": ("thrash_loop", False, "--max-num-seqs", "256", "78", 1),
+    "v1_suspected_no_counter.log": ("insufficient_evidence", True, None, None, None, 0),
+    "v1_cuda_oom.log": (
+        "allocation_failure", False, "--gpu-memory-utilization", "0.95", "0.90", 1,
+    ),
+    "v0_startup_kv_too_small.log": (
+        "allocation_failure", False, "--max-model-len", "131072", "86432", 1,
+    ),
+    "sglang_thrash.log": ("thrash_loop", False, "--max-running-requests", "2048", "52", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sample_verdict_and_lever(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    cls, suspected, knob, current, proposed, code = CASES[name]
+    got_code, report = analyze(capsys, str(SAMPLES / name))
+    v, lever = report["verdict"], report["lever"]
+    assert (v["class"], v["suspected"]) == (cls, suspected), v["why"]
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (knob, current, proposed)
+    assert got_code == code
+
+
+def test_thrash_arithmetic_can_be_redone_by_hand(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, str(SAMPLES / "v0_thrash_loop.log"))
+    math = report["lever"]["arithmetic"]
+    # 7,282 blocks x 16 = 116,512 tokens; peak 99.9% with 52 running -> 2,238.37 live
+    # tokens per sequence; floor(0.9 x 116,512 / 2,238.37) = 46.
+    assert math[0] == "KV tokens = 116,512 (# GPU blocks 7,282 x block size 16)"
+    assert "99.9 / 100 × 116,512 / 52 = 2,238.37" in math[2]
+    assert math[3] == "--max-num-seqs = floor(0.9 × 116,512 / 2,238.37) = 46"
+    assert int(0.9 * 116_512 / (0.999 * 116_512 / 52)) == 46
+
+
+def test_v1_suspected_becomes_confident_with_two_scrapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = str(SAMPLES / "v1_suspected_no_counter.log")
+    _, alone = analyze(capsys, log)
+    assert alone["verdict"]["confidence"] == "medium"
+    assert alone["verdict"]["capture_next"].startswith("two /metrics scrapes")
+    code, both = analyze(
+        capsys, log, str(SAMPLES / "scrapes/v1_before.prom"), str(SAMPLES / "scrapes/v1_after.prom")
+    )
+    v = both["verdict"]
+    assert (v["class"], v["confidence"], v["suspected"], code) == ("thrash_loop", "high", False, 1)
+    # 5,350 - 1,200 = 4,150 preemptions between the scrapes, spread over the pinned windows.
+    assert round(sum(w["preemptions"] for w in both["windows"])) == 4150
+
+
+def test_host_oom_incident_across_three_files(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(SAMPLES / "host_oom_incident" / f) for f in ("engine.log", "dmesg.log", "describe.txt")]
+    code, report = analyze(capsys, *files)
+    v, lever = report["verdict"], report["lever"]
+    assert v["class"] == "host_pressure"
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "container memory limit", "32.0 GiB", "40 GiB",
+    )
+    assert code == 1
+
+
+def test_unrecognised_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = analyze(capsys, str(SAMPLES / "unrecognised.txt"))
+    assert report["verdict"]["evidence_found"] is False
+    assert code == 0
+    assert main(["analyze", "--strict", str(SAMPLES / "unrecognised.txt")]) == 2
+    capsys.readouterr()
+
+
+def test_compare_before_after(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--format", "json", str(SAMPLES / "compare/before.log"),
+                 str(SAMPLES / "compare/after.log")])
+    data = json.loads(capsys.readouterr().out)
+    assert data["change"] == "improved"
+    assert data["changed_knobs"] == {"max_num_seqs": {"before": "256", "after": "48"}}
+    assert data["before"]["verdict"] == "thrash_loop"
+    assert data["after"]["preemptions"] == 0
+    assert code == 0
+
+
+def test_fail_on_changes_the_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    thrash = str(SAMPLES / "v0_thrash_loop.log")
+    assert main(["analyze", "-q", "--fail-on", "none", thrash]) == 0
+    assert main(["analyze", "-q", "--fail-on", "queueing", str(SAMPLES / "v1_queueing.log")]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("thrash_loop [high]")
