@@ -18,11 +18,18 @@ from preemptdiag.records import Class, EngineInfo, Event, Kind, Lever, Verdict, 
 from preemptdiag.runbook import DOCS, NOT_GPU_UTIL, VERIFY_PREEMPT
 
 
-
 def _no_change(cls: Class, rationale: str, engine: str) -> Lever:
     doc = DOCS[cls]
-    return Lever(knob=None, current=None, proposed=None, arithmetic=(), verify=doc.verify,
-                 do_not=doc.do_not, rationale=rationale, engine=engine)
+    return Lever(
+        knob=None,
+        current=None,
+        proposed=None,
+        arithmetic=(),
+        verify=doc.verify,
+        do_not=doc.do_not,
+        rationale=rationale,
+        engine=engine,
+    )
 
 
 def _alloc_events(verdict: Verdict, events: Sequence[Event]) -> list[Event]:
@@ -78,7 +85,8 @@ def _thrash(
     verdict: Verdict, windows: Sequence[Window], facts: Facts, engine: str, thr: Thresholds
 ) -> Lever:
     knob, default = (
-        ("--max-running-requests", None) if engine == "sglang"
+        ("--max-running-requests", None)
+        if engine == "sglang"
         else ("--max-num-seqs", thr.default_max_num_seqs)
     )
     current_key = "max_running_requests" if engine == "sglang" else "max_num_seqs"
@@ -114,14 +122,12 @@ def _thrash(
         )
     thrash = [w for w in windows if w.cls is Class.THRASH_LOOP]
     peaks = [
-        (w.kv_max, w.kv_peak_running)
-        for w in thrash
-        if w.kv_max is not None and w.kv_peak_running
+        (w.kv_max, w.kv_peak_running) for w in thrash if w.kv_max is not None and w.kv_peak_running
     ]
     proposed: int | None = None
     if facts.kv_tokens and peaks:
         try:
-            proposed, p95, lines = max_num_seqs_from_observed(
+            proposed, _p95, lines = max_num_seqs_from_observed(
                 facts.kv_tokens, [(float(k), int(r)) for k, r in peaks], thr.headroom
             )
             src = facts.kv_tokens_how or "start-up lines"
@@ -167,8 +173,10 @@ def _sglang_conservativeness(facts: Facts, engine: str) -> Lever:
         knob="--schedule-conservativeness",
         current=f"{cur:g}",
         proposed=f"{new:g}",
-        arithmetic=(f"{cur:g} x 1.3 = {new:g} (SGLang: 'use a larger value if you see "
-                    "requests being retracted frequently')",),
+        arithmetic=(
+            f"{cur:g} x 1.3 = {new:g} (SGLang: 'use a larger value if you see "
+            "requests being retracted frequently')",
+        ),
         verify="retractions per minute drop to 0; #queue-req may rise; gen throughput holds",
         do_not="do not raise --mem-fraction-static toward 1.0 to make room",
         rationale="the log shows no --max-running-requests to size from; admit more conservatively",
@@ -179,9 +187,7 @@ def _sglang_conservativeness(facts: Facts, engine: str) -> Lever:
 # --- allocation failure ------------------------------------------------------------
 
 
-def _allocation(
-    verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str
-) -> Lever:
+def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str) -> Lever:
     allocs = _alloc_events(verdict, events)
     subtypes = [str(e.fields.get("subtype") or "") for e in allocs]
     first = allocs[0] if allocs else None
@@ -194,8 +200,10 @@ def _allocation(
             knob="--max-model-len",
             current=str(cur) if cur is not None else None,
             proposed=str(target) if target is not None else None,
-            arithmetic=(f"the error says the KV cache holds {target} tokens but one request may "
-                        f"need max_model_len = {cur}; the context must fit the pool",),
+            arithmetic=(
+                f"the error says the KV cache holds {target} tokens but one request may "
+                f"need max_model_len = {cur}; the context must fit the pool",
+            ),
             verify="the engine starts and logs `Maximum concurrency for N tokens per request` >= 1x",
             do_not="do not raise --gpu-memory-utilization toward 1.0 to force it in",
             rationale="a single full-length request cannot fit the KV pool at start-up",
@@ -208,8 +216,10 @@ def _allocation(
             knob="--swap-space",
             current=f"{cur:g}",
             proposed=f"{new:g}",
-            arithmetic=(f"SWAP-mode preemption (n>1 / beam search) ran out of CPU swap: "
-                        f"{cur:g} GiB x 2 = {new:g} GiB per GPU, if host RAM allows",),
+            arithmetic=(
+                f"SWAP-mode preemption (n>1 / beam search) ran out of CPU swap: "
+                f"{cur:g} GiB x 2 = {new:g} GiB per GPU, if host RAM allows",
+            ),
             verify="no 'lack of CPU swap space' abort; Swapped drains back to 0",
             do_not="OS swap does not help: this is vLLM's CPU KV pool",
             rationale="the CPU KV swap pool, not the GPU, was exhausted",
@@ -228,8 +238,10 @@ def _allocation(
             knob="--gpu-memory-utilization",
             current=f"{base:.2f}",
             proposed=f"{new:.2f}",
-            arithmetic=(f"{base:.2f} + 0.05 = {new:.2f} (a small step, capped at 0.95)",
-                        "weights + activation peak left no room for KV blocks at this fraction"),
+            arithmetic=(
+                f"{base:.2f} + 0.05 = {new:.2f} (a small step, capped at 0.95)",
+                "weights + activation peak left no room for KV blocks at this fraction",
+            ),
             verify="the engine starts and logs a positive `# GPU blocks` / `GPU KV cache size`",
             do_not="never step toward 1.0; if other processes share the GPU, free it instead",
             rationale="the KV cache could not be sized at start-up; the GPU must have headroom",
@@ -240,8 +252,10 @@ def _allocation(
             knob="--gpu-memory-utilization",
             current=f"{cur_util:.2f}",
             proposed="0.90",
-            arithmetic=(f"{cur_util:.2f} > 0.90: step back to 0.90, the last value that leaves "
-                        "headroom for activations, CUDA graphs and NCCL buffers",),
+            arithmetic=(
+                f"{cur_util:.2f} > 0.90: step back to 0.90, the last value that leaves "
+                "headroom for activations, CUDA graphs and NCCL buffers",
+            ),
             verify="no CUDA OOM under the same load; `GPU KV cache size` smaller but non-zero",
             do_not="do not lower --max-num-seqs as well in the same run",
             rationale="runtime CUDA OOM: the KV reservation left too little for everything else",
@@ -253,8 +267,10 @@ def _allocation(
         knob="--max-num-batched-tokens",
         current=str(cur_mbt) if cur_mbt else None,
         proposed=str(new_mbt),
-        arithmetic=(f"halve the per-step token budget ({cur_mbt or 'default 8192'} / 2 = "
-                    f"{new_mbt}) to lower the activation peak",),
+        arithmetic=(
+            f"halve the per-step token budget ({cur_mbt or 'default 8192'} / 2 = "
+            f"{new_mbt}) to lower the activation peak",
+        ),
         verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
         rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
@@ -270,11 +286,15 @@ def _sglang_alloc(st: str, f: object, facts: Facts) -> Lever:
         if cur_mrr:
             new_mrr = max(1, cur_mrr // 2)
             return Lever(
-                knob="--max-running-requests", current=str(cur_mrr), proposed=str(new_mrr),
-                arithmetic=(f"the KV token pool ran out while serving: halve the admitted "
-                            f"requests, {cur_mrr} / 2 = {new_mrr}",),
+                knob="--max-running-requests",
+                current=str(cur_mrr),
+                proposed=str(new_mrr),
+                arithmetic=(
+                    f"the KV token pool ran out while serving: halve the admitted "
+                    f"requests, {cur_mrr} / 2 = {new_mrr}",
+                ),
                 verify="no 'out of memory. Try to lower your batch size' and no retractions "
-                       "under the same load; #queue-req may rise",
+                "under the same load; #queue-req may rise",
                 do_not="do not raise --mem-fraction-static toward 1.0 to make room",
                 rationale="SGLang's KV token pool, not CUDA, was exhausted at runtime",
                 engine="sglang",
@@ -292,12 +312,21 @@ def _sglang_alloc(st: str, f: object, facts: Facts) -> Lever:
         current=f"{base:.2f}",
         proposed=f"{new:.2f}",
         arithmetic=(f"{base:.2f} {'+ 0.04' if raise_it else '- 0.05'} = {new:.2f}",),
-        verify=("the server starts and logs `KV Cache is allocated. #tokens: N` with N > 0"
-                if raise_it else "no CUDA OOM under the same load"),
-        do_not=("if weights alone exceed the GPU, use more tensor parallelism or quantization "
-                "instead" if raise_it else "do not raise --mem-fraction-static after a runtime OOM"),
-        rationale=("weights left no room for the KV pool at start-up" if raise_it
-                   else "runtime CUDA OOM: the static pool left too little for activations"),
+        verify=(
+            "the server starts and logs `KV Cache is allocated. #tokens: N` with N > 0"
+            if raise_it
+            else "no CUDA OOM under the same load"
+        ),
+        do_not=(
+            "if weights alone exceed the GPU, use more tensor parallelism or quantization instead"
+            if raise_it
+            else "do not raise --mem-fraction-static after a runtime OOM"
+        ),
+        rationale=(
+            "weights left no room for the KV pool at start-up"
+            if raise_it
+            else "runtime CUDA OOM: the static pool left too little for activations"
+        ),
         engine="sglang",
     )
 
@@ -310,19 +339,26 @@ def _host(verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str) 
     swaps = [e for e in events if e.kind is Kind.SWAP_WARNING]
     if not host and swaps:
         f = swaps[0].fields
-        swap = float(f.get("swap_gib") or facts.knob_float("swap_space") or 4.0)  # type: ignore[arg-type]
+        swap = float(f.get("swap_gib") or facts.knob_float("swap_space") or 4.0)
         total = f.get("total_gib")
         if isinstance(total, float | int):
             new = max(1, math.floor(float(total) * 0.2))
-            math_line = (f"{swap:g} GiB of {float(total):g} GiB host RAM is swap space; "
-                         f"20% of {float(total):g} GiB = {new} GiB")
+            math_line = (
+                f"{swap:g} GiB of {float(total):g} GiB host RAM is swap space; "
+                f"20% of {float(total):g} GiB = {new} GiB"
+            )
         else:
             new = max(1, int(swap // 2))
             math_line = f"{swap:g} GiB / 2 = {new} GiB"
         return Lever(
-            knob="--swap-space", current=f"{swap:g}", proposed=str(new),
-            arithmetic=(math_line, "vLLM checks swap against host RAM, not the container "
-                        "limit: size it to fit the container"),
+            knob="--swap-space",
+            current=f"{swap:g}",
+            proposed=str(new),
+            arithmetic=(
+                math_line,
+                "vLLM checks swap against host RAM, not the container "
+                "limit: size it to fit the container",
+            ),
             verify="no swap-space warning and no container OOM kill in the next run",
             do_not="do not raise --swap-space to fix preemption in a tight container",
             rationale="CPU swap space is pinned host memory; it competes with the container limit",
@@ -345,8 +381,10 @@ def _host(verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str) 
         )
     else:
         proposed = f"{current} x 1.25" if current else "current limit x 1.25"
-        lines.append("the kill lines carry no RSS or limit figure: raise the limit by 25% "
-                     "and re-measure peak RSS (kubectl top / docker stats) in the next run")
+        lines.append(
+            "the kill lines carry no RSS or limit figure: raise the limit by 25% "
+            "and re-measure peak RSS (kubectl top / docker stats) in the next run"
+        )
     return Lever(
         knob="container memory limit",
         current=current,

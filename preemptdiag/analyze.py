@@ -10,7 +10,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,10 +40,10 @@ PARALLEL_MIN_BYTES = 64 << 20
 class Options:
     files: tuple[str, ...]
     window_seconds: int = 60
-    thresholds: Thresholds = Thresholds()
+    thresholds: Thresholds = field(default_factory=Thresholds)
     fail_on: tuple[Class, ...] = DEFAULT_FAIL_ON
     signatures_dir: Path | None = None
-    time: TimeContext = TimeContext()
+    time: TimeContext = field(default_factory=TimeContext)
     since: datetime | None = None
     until: datetime | None = None
     jobs: int = 1
@@ -93,7 +93,10 @@ def scan_sources(
     results = []
     for src in sources:
         parallel = (
-            jobs > 1 and src.path is not None and not src.gz and not src.cr_only
+            jobs > 1
+            and src.path is not None
+            and not src.gz
+            and not src.cr_only
             and (src.size or 0) >= PARALLEL_MIN_BYTES
         )
         if parallel:
@@ -117,27 +120,51 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
             "waiting": int(v["waiting"]) if "waiting" in v else None,
             "engine": s.engine,
         }
-        out.append(Event(source=s.source, line=1, sig="prometheus.gauges", kind=Kind.STATS,
-                         ts=s.ts, fields=fields, text=f"/metrics scrape {s.source} (gauges)",
-                         replica=replica))
+        out.append(
+            Event(
+                source=s.source,
+                line=1,
+                sig="prometheus.gauges",
+                kind=Kind.STATS,
+                ts=s.ts,
+                fields=fields,
+                text=f"/metrics scrape {s.source} (gauges)",
+                replica=replica,
+            )
+        )
         done = v.get("request_success_total")
         if done is not None:
-            out.append(Event(source=s.source, line=1, sig="prometheus.request_success_total",
-                             kind=Kind.CONTEXT, ts=s.ts, fields={"value": done},
-                             text=f"vllm:request_success_total = {done:g}", replica=replica))
+            out.append(
+                Event(
+                    source=s.source,
+                    line=1,
+                    sig="prometheus.request_success_total",
+                    kind=Kind.CONTEXT,
+                    ts=s.ts,
+                    fields={"value": done},
+                    text=f"vllm:request_success_total = {done:g}",
+                    replica=replica,
+                )
+            )
         total = v.get("preemptions_total")
         if total is None:
             continue
         delta = 0.0 if prev is None else (total - prev if total >= prev else total)
         prev = total
-        out.append(Event(
-            source=s.source, line=1, sig="prometheus.num_preemptions_total",
-            kind=Kind.PREEMPTION, ts=s.ts,
-            fields={"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
-            text=f"{'vllm:num_preemptions_total' if s.engine != 'sglang' else 'retractions'}"
-                 f" = {total:g} (scrape {i + 1})",
-            replica=replica, preemptions=int(round(delta)),
-        ))
+        out.append(
+            Event(
+                source=s.source,
+                line=1,
+                sig="prometheus.num_preemptions_total",
+                kind=Kind.PREEMPTION,
+                ts=s.ts,
+                fields={"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
+                text=f"{'vllm:num_preemptions_total' if s.engine != 'sglang' else 'retractions'}"
+                f" = {total:g} (scrape {i + 1})",
+                replica=replica,
+                preemptions=round(delta),
+            )
+        )
     return out
 
 
@@ -149,9 +176,7 @@ def _attach_system_sources(events: list[Event], notes: list[str]) -> list[Event]
     engine replica in the inputs they join its timeline; with several they stay
     separate (which replica a node kill hit cannot be told from the lines)."""
     engine_replicas = {e.replica for e in events if not e.sig.startswith(_SYSTEM_PREFIXES)}
-    system_sources = {
-        e.replica for e in events if e.replica not in engine_replicas
-    }
+    system_sources = {e.replica for e in events if e.replica not in engine_replicas}
     if len(engine_replicas) != 1 or not system_sources:
         return events
     target = next(iter(engine_replicas))
@@ -194,14 +219,22 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
     if opts.since or opts.until:
         events = [
-            e for e in events
+            e
+            for e in events
             if e.ts is None
-            or ((opts.since is None or e.ts >= opts.since) and (opts.until is None or e.ts < opts.until))
+            or (
+                (opts.since is None or e.ts >= opts.since)
+                and (opts.until is None or e.ts < opts.until)
+            )
         ]
     info = detect_engine(events)
     vis = preemption_visibility(events, info)
-    windows = classify(build_windows(events, opts.window_seconds, opts.thresholds),
-                       opts.thresholds, vis, opts.window_seconds)
+    windows = classify(
+        build_windows(events, opts.window_seconds, opts.thresholds),
+        opts.thresholds,
+        vis,
+        opts.window_seconds,
+    )
     v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
     facts = read_facts(events)
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
@@ -209,6 +242,8 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
     windows = [_redact_window(w, redactor) for w in windows]
     notes.extend(_notes(events, results, v, vis.reason, info.generation))
+    notes.extend(_alignment_notes(results, logs, opts))
+    notes.extend(_replica_notes(windows, opts.fail_on))
     stats = _scan_stats(results, logs, proms)
     report = Report(
         verdict=v,
@@ -277,6 +312,66 @@ def _notes(
     if total_lines == 0:
         notes.append("the input was empty")
     return notes
+
+
+def _alignment_notes(
+    results: Sequence[ScanResult], logs: Sequence[Source], opts: Options
+) -> list[str]:
+    """Say how each input was placed in time, so a cross-file order is never
+    presented as more certain than it is."""
+    out: list[str] = []
+    guessed: list[str] = []
+    for r, src in zip(results, logs, strict=True):
+        if not r.hits:
+            continue
+        dated = any(
+            h.ts_wrapper and h.ts_wrapper.split("|")[0] in ("iso", "sql", "dmesg_t") for h in r.hits
+        )
+        engine_only = any(h.ts_engine for h in r.hits)
+        uptime_only = any(h.ts_wrapper and h.ts_wrapper.startswith("uptime|") for h in r.hits)
+        if dated:
+            continue
+        if engine_only or any(
+            h.ts_wrapper and h.ts_wrapper.startswith(("syslog|", "clock|")) for h in r.hits
+        ):
+            how = f"--year {opts.time.year}" if opts.time.year else "the file's modification time"
+            guessed.append(f"{src.name} (year/date from {how})")
+        elif uptime_only and opts.time.boot_time is None:
+            out.append(
+                f"{src.name}: dmesg uptime stamps need --boot-time (or a journald line "
+                "with both stamps); placed by file order only"
+            )
+        else:
+            out.append(
+                f"{src.name}: no timestamps; its events are dated from the lines around "
+                "them or kept in one undated window"
+            )
+    if guessed and len([r for r in results if r.hits]) > 1:
+        zone = "UTC" if opts.time.tz is None else str(opts.time.tz)
+        out.append(
+            "timestamps without a year/zone in "
+            + "; ".join(guessed)
+            + f", read as {zone}: cross-file order is approximate (use --year/--tz)"
+        )
+    return out
+
+
+def _replica_notes(windows: Sequence[Window], fail_on: Sequence[Class]) -> list[str]:
+    firsts: dict[str, Window] = {}
+    for w in windows:
+        if (
+            w.cls in fail_on
+            and w.start is not None
+            and (
+                w.replica not in firsts or w.start < firsts[w.replica].start  # type: ignore[operator]
+            )
+        ):
+            firsts[w.replica] = w
+    if len(firsts) < 2:
+        return []
+    order = sorted(firsts.values(), key=lambda w: w.start)  # type: ignore[arg-type, return-value]
+    steps = ", then ".join(f"{w.replica} ({w.cls.value} at {w.start:%H:%M:%S})" for w in order)
+    return [f"first replica to fail: {order[0].replica}; order: {steps}"]
 
 
 def default_jobs() -> int:

@@ -74,7 +74,9 @@ def _parse_time(text: str | None, flag: str) -> datetime | None:
 
     dt = parse_iso(text) or parse_any(text)
     if dt is None:
-        raise DiagError(f"{flag}: not a date/time: {text!r} (use ISO 8601, e.g. 2025-08-19T18:30:00Z)")
+        raise DiagError(
+            f"{flag}: not a date/time: {text!r} (use ISO 8601, e.g. 2025-08-19T18:30:00Z)"
+        )
     return dt
 
 
@@ -92,7 +94,9 @@ def _parse_tz(text: str | None) -> Any:
 
         return ZoneInfo(text)
     except Exception:
-        raise DiagError(f"--tz: unknown time zone {text!r} (use UTC, +02:00 or Europe/Berlin)") from None
+        raise DiagError(
+            f"--tz: unknown time zone {text!r} (use UTC, +02:00 or Europe/Berlin)"
+        ) from None
 
 
 def _progress_factory(enabled: bool) -> Any:
@@ -104,8 +108,11 @@ def _progress_factory(enabled: bool) -> Any:
         if total < (32 << 20):
             return None
         prog = Progress(
-            "[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
-            transient=True, console=__import__("rich.console").console.Console(stderr=True),
+            "[progress.description]{task.description}",
+            BarColumn(),
+            TransferSpeedColumn(),
+            transient=True,
+            console=__import__("rich.console").console.Console(stderr=True),
         )
         prog.start()
         task = prog.add_task("scanning", total=total)
@@ -134,9 +141,19 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _build_options(
-    files: list[str], window: str | None, fail_on: list[str] | None, signatures: Path | None,
-    year: int | None, tz: str | None, boot_time: str | None, since: str | None,
-    until: str | None, jobs: int | None, no_redact: bool, strict: bool, config: Path | None,
+    files: list[str],
+    window: str | None,
+    fail_on: list[str] | None,
+    signatures: Path | None,
+    year: int | None,
+    tz: str | None,
+    boot_time: str | None,
+    since: str | None,
+    until: str | None,
+    jobs: int | None,
+    no_redact: bool,
+    strict: bool,
+    config: Path | None,
 ) -> Any:
     from preemptdiag.analyze import Options, default_jobs
     from preemptdiag.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
@@ -158,7 +175,9 @@ def _build_options(
         thresholds=cfg.thresholds,
         fail_on=fo,
         signatures_dir=signatures or cfg.signatures,
-        time=TimeContext(year=year, tz=_parse_tz(tz), boot_time=_parse_time(boot_time, "--boot-time")),
+        time=TimeContext(
+            year=year, tz=_parse_tz(tz), boot_time=_parse_time(boot_time, "--boot-time")
+        ),
         since=_parse_time(since, "--since"),
         until=_parse_time(until, "--until"),
         jobs=jobs if jobs is not None else default_jobs(),
@@ -167,18 +186,27 @@ def _build_options(
     )
 
 
-FilesArg = Annotated[list[str], typer.Argument(help="Log files, .gz, Prometheus scrapes, or - for stdin.")]
+FilesArg = Annotated[
+    list[str], typer.Argument(help="Log files, .gz, Prometheus scrapes, or - for stdin.")
+]
 WindowOpt = Annotated[str | None, typer.Option("--window", help="Window size, e.g. 60s, 5m.")]
 FailOnOpt = Annotated[
     list[str] | None,
-    typer.Option("--fail-on", help="Classes that make the exit code 1 (comma list; 'none').")]
+    typer.Option("--fail-on", help="Classes that make the exit code 1 (comma list; 'none')."),
+]
 SigOpt = Annotated[Path | None, typer.Option("--signatures", help="Extra signature directory.")]
 YearOpt = Annotated[int | None, typer.Option("--year", help="Year for year-less vLLM stamps.")]
-TzOpt = Annotated[str | None, typer.Option("--tz", help="Zone of stamps without one (default UTC).")]
-BootOpt = Annotated[str | None, typer.Option("--boot-time", help="Boot time for dmesg uptime stamps.")]
+TzOpt = Annotated[
+    str | None, typer.Option("--tz", help="Zone of stamps without one (default UTC).")
+]
+BootOpt = Annotated[
+    str | None, typer.Option("--boot-time", help="Boot time for dmesg uptime stamps.")
+]
 SinceOpt = Annotated[str | None, typer.Option("--since", help="Ignore events before this time.")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Ignore events at/after this time.")]
-JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes (default: cores).")]
+JobsOpt = Annotated[
+    int | None, typer.Option("--jobs", "-j", help="Worker processes (default: cores).")
+]
 NoRedactOpt = Annotated[bool, typer.Option("--no-redact", help="Do not redact secrets/prompts.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 2 when no evidence is found.")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: search).")]
@@ -206,7 +234,9 @@ def analyze(
     jobs: JobsOpt = None,
     no_redact: NoRedactOpt = False,
     strict: StrictOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Classify each time window and recommend the ONE lever to change next."""
@@ -223,8 +253,21 @@ def analyze(
     outputs = list(output or [])
     if len(outputs) > len(formats):
         raise DiagError("more --output files than --format values")
-    opts = _build_options(files, window, fail_on, signatures, year, tz, boot_time, since,
-                          until, jobs, no_redact, strict, config)
+    opts = _build_options(
+        files,
+        window,
+        fail_on,
+        signatures,
+        year,
+        tz,
+        boot_time,
+        since,
+        until,
+        jobs,
+        no_redact,
+        strict,
+        config,
+    )
     outcome = run_analysis(opts, progress=_progress_factory(not quiet))
     if quiet:
         _emit(verdict_line(outcome.report), None)
@@ -252,8 +295,9 @@ def check(
 
     worst = 0
     for f in files:
-        opts = _build_options([f], window, fail_on, signatures, year, None, None, None, None,
-                              1, False, strict, config)
+        opts = _build_options(
+            [f], window, fail_on, signatures, year, None, None, None, None, 1, False, strict, config
+        )
         outcome = run_analysis(opts)
         _emit(f"{f}: {verdict_line(outcome.report)}", None)
         worst = max(worst, outcome.exit_code)
@@ -320,14 +364,14 @@ def compare(
 
     if fmt not in ("terminal", "markdown", "json"):
         raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")
-    opts = _build_options([before], window, None, signatures, year, None, None, None, None,
-                          1, False, False, config)
+    opts = _build_options(
+        [before], window, None, signatures, year, None, None, None, None, 1, False, False, config
+    )
     b = [p for p in before.split(",") if p]
     a = [p for p in after.split(",") if p]
     result = do_compare(b, a, opts)
     _emit(render_compare(result, fmt), None)
     raise typer.Exit(exit_code(result))
-
 
 
 @app.command()
@@ -336,13 +380,17 @@ def budget(
     layers: Annotated[int | None, typer.Option("--layers")] = None,
     kv_heads: Annotated[int | None, typer.Option("--kv-heads")] = None,
     head_dim: Annotated[int | None, typer.Option("--head-dim")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="KV cache dtype: fp16, bf16, fp8...")] = "auto",
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="KV cache dtype: fp16, bf16, fp8...")
+    ] = "auto",
     pool_gib: Annotated[float | None, typer.Option("--pool-gib", help="KV pool size, GiB.")] = None,
     prompt: Annotated[float | None, typer.Option("--prompt", help="Prompt tokens/request.")] = None,
     output: Annotated[float | None, typer.Option("--output", help="Output tokens/request.")] = None,
     prompt_p95: Annotated[float | None, typer.Option("--prompt-p95")] = None,
     output_p95: Annotated[float | None, typer.Option("--output-p95")] = None,
-    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the pool to plan for.")] = 0.9,
+    headroom: Annotated[
+        float, typer.Option("--headroom", help="Fraction of the pool to plan for.")
+    ] = 0.9,
     from_log: Annotated[
         list[str] | None,
         typer.Option("--from-log", help="Take KV tokens from this log's start-up lines."),
@@ -372,12 +420,23 @@ def budget(
             facts.kv_tokens, p, o, headroom, source=facts.kv_tokens_how or "log start-up lines"
         )
     else:
-        result = b.budget_main(b.BudgetArgs(
-            model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
-            pool_gib=pool_gib, prompt=prompt, output=output, prompt_p95=prompt_p95,
-            output_p95=output_p95, headroom=headroom,
-        ))
+        result = b.budget_main(
+            b.BudgetArgs(
+                model=model,
+                layers=layers,
+                kv_heads=kv_heads,
+                head_dim=head_dim,
+                dtype=dtype,
+                pool_gib=pool_gib,
+                prompt=prompt,
+                output=output,
+                prompt_p95=prompt_p95,
+                output_p95=output_p95,
+                headroom=headroom,
+            )
+        )
     _emit(b.format_budget(result), None)
+
 
 def _bug_block(exc: BaseException) -> str:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])

@@ -97,12 +97,8 @@ def _judge(b: Side, a: Side) -> tuple[Change, str]:
     bp, ap = b.preemptions_per_min, a.preemptions_per_min
     if bp is None or ap is None:
         return Change.INCONCLUSIVE, "one side has no time span to compute a rate from"
-    gen_drop = (
-        b.gen_tput is not None and a.gen_tput is not None and a.gen_tput < 0.9 * b.gen_tput
-    )
-    queue_up = (
-        (a.waiting_mean or 0.0) > 2.0 * max(b.waiting_mean or 0.0, 1.0)
-    )
+    gen_drop = b.gen_tput is not None and a.gen_tput is not None and a.gen_tput < 0.9 * b.gen_tput
+    queue_up = (a.waiting_mean or 0.0) > 2.0 * max(b.waiting_mean or 0.0, 1.0)
     if ap < bp * 0.5 or (bp > 0 and ap == 0):
         if gen_drop and queue_up:
             return (
@@ -127,7 +123,8 @@ def _judge(b: Side, a: Side) -> tuple[Change, str]:
     if gen_drop:
         return Change.REGRESSED, (
             f"generation throughput fell {_tok(b.gen_tput)} -> {_tok(a.gen_tput)} tok/s "
-            "without fewer preemptions")
+            "without fewer preemptions"
+        )
     return Change.INCONCLUSIVE, f"preemptions {bp:g}/min -> {ap:g}/min: no clear difference"
 
 
@@ -180,17 +177,28 @@ def render_compare(c: Comparison, fmt: str) -> str:
             "schema_version": 1,
             "change": c.change.value,
             "why": c.why,
-            "changed_knobs": {k: {"before": v[0], "after": v[1]} for k, v in c.changed_knobs.items()},
+            "changed_knobs": {
+                k: {"before": v[0], "after": v[1]} for k, v in c.changed_knobs.items()
+            },
             "before": asdict(c.before),
             "after": asdict(c.after),
         }
         return json.dumps(data, indent=2)
     knobs = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in c.changed_knobs.items()) or "none seen"
-    rows = [(label, _cell(getattr(c.before, attr)), _cell(getattr(c.after, attr)))
-            for label, attr in _ROWS]
+    rows = [
+        (label, _cell(getattr(c.before, attr)), _cell(getattr(c.after, attr)))
+        for label, attr in _ROWS
+    ]
     if fmt == "markdown":
-        out = [f"### preemptdiag compare: {c.change.value}", "", f"- **why:** {c.why}",
-               f"- **knob changed:** {knobs}", "", "| | before | after |", "|---|---:|---:|"]
+        out = [
+            f"### preemptdiag compare: {c.change.value}",
+            "",
+            f"- **why:** {c.why}",
+            f"- **knob changed:** {knobs}",
+            "",
+            "| | before | after |",
+            "|---|---:|---:|",
+        ]
         out += [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
         return "\n".join(out) + "\n"
     width = max(len(r[0]) for r in rows)

@@ -130,7 +130,9 @@ def parse_fail_on(values: tuple[str, ...] | list[str]) -> tuple[Class, ...]:
                 out.append(Class(part))
             except ValueError:
                 known = ", ".join(c.value for c in Class)
-                raise DiagError(f"unknown class in --fail-on: {part!r} (known: {known}, none)") from None
+                raise DiagError(
+                    f"unknown class in --fail-on: {part!r} (known: {known}, none)"
+                ) from None
     return tuple(out)
 
 

@@ -70,7 +70,9 @@ def _clock_ts(text: str, clock: _SourceClock, ctx: TimeContext) -> datetime | No
         clock.day_offset += 1  # passed midnight
     clock.last_clock = secs
     base = clock.last_date or clock.mtime or datetime(1970, 1, 1, tzinfo=UTC)
-    day = datetime(base.year, base.month, base.day, tzinfo=ctx.tz) + timedelta(days=clock.day_offset)
+    day = datetime(base.year, base.month, base.day, tzinfo=ctx.tz) + timedelta(
+        days=clock.day_offset
+    )
     return day + timedelta(seconds=secs)
 
 
@@ -108,7 +110,7 @@ def infer_boot_time(hits: Sequence[Hit], ctx: TimeContext) -> datetime | None:
 def _stamp_from_context(out: list[tuple[Hit, datetime | None]], ctx: TimeContext) -> None:
     """A context line with an `at` field (kubectl describe `Finished:`) dates the
     unstamped lines of its block just above it (Reason, Exit Code)."""
-    for i, (h, ts) in enumerate(out):
+    for i, (h, _) in enumerate(out):
         at = h.fields.get("at")
         if not isinstance(at, str):
             continue
@@ -143,8 +145,7 @@ def resolve_times(
         dated = [t for h, t in out if t is not None and not _has_own_year(h)]
         if dated and max(dated) > mtime + timedelta(days=2):
             out = [
-                (h, _minus_year(t) if t is not None and not _has_own_year(h) else t)
-                for h, t in out
+                (h, _minus_year(t) if t is not None and not _has_own_year(h) else t) for h, t in out
             ]
     _stamp_from_context(out, ctx)
     # Lines with no stamp of their own inherit the previous line's (tracebacks, bare
@@ -207,7 +208,9 @@ def build_events(
     for hits, mtime in sources:
         pairs = _dedupe_ranks(resolve_times(hits, mtime, ctx))
         events.extend(_count_preemptions(pairs))
-    events.sort(key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.source, e.line))
+    events.sort(
+        key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.source, e.line)
+    )
     return events
 
 

@@ -25,9 +25,7 @@ KNOBS = (
     "schedule_conservativeness",
     "chunked_prefill_size",
 )
-_KNOB_RX = {
-    k: regex.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)""") for k in KNOBS
-}
+_KNOB_RX = {k: regex.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)""") for k in KNOBS}
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,48 +107,82 @@ def _alloc_why(w: Window) -> str:
 def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
     kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
     if w.alloc_failures:
-        return replace(w, cls=Class.ALLOCATION_FAILURE, confidence=Confidence.HIGH,
-                       why=_alloc_why(w))
+        return replace(
+            w, cls=Class.ALLOCATION_FAILURE, confidence=Confidence.HIGH, why=_alloc_why(w)
+        )
     if w.host_ooms:
-        return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.HIGH,
-                       why="host/container memory kill (kernel, cgroup or container OOM line)")
+        return replace(
+            w,
+            cls=Class.HOST_PRESSURE,
+            confidence=Confidence.HIGH,
+            why="host/container memory kill (kernel, cgroup or container OOM line)",
+        )
     if w.preemptions > 0:
         conf = Confidence.LOW if w.preemptions_lower_bound and not w.n_stats else Confidence.MEDIUM
-        return replace(w, cls=Class.BENIGN_PREEMPTION, confidence=conf,
-                       why=f"{w.preemptions:.0f} preemption(s), KV max {_fmt(w.kv_max, '%')}")
+        return replace(
+            w,
+            cls=Class.BENIGN_PREEMPTION,
+            confidence=conf,
+            why=f"{w.preemptions:.0f} preemption(s), KV max {_fmt(w.kv_max, '%')}",
+        )
     if w.swap_warnings:
-        return replace(w, cls=Class.HOST_PRESSURE, confidence=Confidence.LOW,
-                       why="swap space sized against host RAM (vLLM swap-space warning)")
+        return replace(
+            w,
+            cls=Class.HOST_PRESSURE,
+            confidence=Confidence.LOW,
+            why="swap space sized against host RAM (vLLM swap-space warning)",
+        )
     if w.engine_deaths:
-        return replace(w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.MEDIUM,
-                       why="engine died; this window holds no memory evidence for why")
+        return replace(
+            w,
+            cls=Class.INSUFFICIENT_EVIDENCE,
+            confidence=Confidence.MEDIUM,
+            why="engine died; this window holds no memory evidence for why",
+        )
     if not w.n_stats:
-        return replace(w, cls=Class.HEALTHY, confidence=Confidence.LOW,
-                       why="start-up/context lines only")
+        return replace(
+            w, cls=Class.HEALTHY, confidence=Confidence.LOW, why="start-up/context lines only"
+        )
     waiting = w.waiting_max or 0
     if kv_hot and waiting > 0 and vis.blind:
         return replace(
-            w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.LOW,
-            why=(f"KV {_fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
-                 "preemptions (suspected)"),
+            w,
+            cls=Class.INSUFFICIENT_EVIDENCE,
+            confidence=Confidence.LOW,
+            why=(
+                f"KV {_fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
+                "preemptions (suspected)"
+            ),
         )
     if waiting > 0 and not (w.running_max or 0) and (w.kv_max or 0.0) < thr.stall_kv_pct:
         return replace(
-            w, cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.MEDIUM,
-            why=(f"{waiting} waiting while nothing runs and KV is {_fmt(w.kv_max, '%')}: "
-                 "the engine is not admitting work (a stall, not memory pressure)"),
+            w,
+            cls=Class.INSUFFICIENT_EVIDENCE,
+            confidence=Confidence.MEDIUM,
+            why=(
+                f"{waiting} waiting while nothing runs and KV is {_fmt(w.kv_max, '%')}: "
+                "the engine is not admitting work (a stall, not memory pressure)"
+            ),
         )
     if waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share:
-        return replace(w, cls=Class.QUEUEING, confidence=_stats_confidence(w),
-                       why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, no preemption")
+        return replace(
+            w,
+            cls=Class.QUEUEING,
+            confidence=_stats_confidence(w),
+            why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, no preemption",
+        )
     if w.waiting_max is None:
         queue = "queue length not logged"
     elif not waiting:
         queue = "nothing waiting"
     else:
         queue = f"Waiting > 0 in few lines (max {waiting})"
-    return replace(w, cls=Class.HEALTHY, confidence=_stats_confidence(w),
-                   why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, no preemption")
+    return replace(
+        w,
+        cls=Class.HEALTHY,
+        confidence=_stats_confidence(w),
+        why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, no preemption",
+    )
 
 
 def _consecutive(a: Window, b: Window, seconds: int) -> bool:
@@ -168,13 +202,16 @@ def _thrash_reason(run: Sequence[Window], thr: Thresholds, seconds: int) -> str 
     kv_hot = bool(kv_vals) and max(kv_vals) >= thr.kv_pressure_pct
     total = sum(w.preemptions for w in run)
     if len(run) >= thr.thrash_min_windows and (kv_hot or not kv_vals):
-        return (f"preemption in {len(run)} consecutive windows ({total:.0f} in all)"
-                + (f", KV up to {max(kv_vals):.1f}%" if kv_vals else ""))
+        return f"preemption in {len(run)} consecutive windows ({total:.0f} in all)" + (
+            f", KV up to {max(kv_vals):.1f}%" if kv_vals else ""
+        )
     rate_limit = thr.thrash_rate_per_min * seconds / 60.0
     for w in run:
         if kv_hot and w.preemptions >= rate_limit:
-            return (f"{w.preemptions:.0f} preemptions in one {seconds}s window with KV at "
-                    f"{max(kv_vals):.1f}%")
+            return (
+                f"{w.preemptions:.0f} preemptions in one {seconds}s window with KV at "
+                f"{max(kv_vals):.1f}%"
+            )
         if (
             w.max_cumulative is not None
             and w.max_cumulative >= thr.thrash_cumulative
@@ -182,8 +219,10 @@ def _thrash_reason(run: Sequence[Window], thr: Thresholds, seconds: int) -> str 
             and w.kv_max >= thr.kv_pressure_pct
             and _queue_growing(w)
         ):
-            return (f"cumulative preemption counter at {w.max_cumulative} with KV "
-                    f"{w.kv_max:.1f}% and the waiting/swapped queue growing")
+            return (
+                f"cumulative preemption counter at {w.max_cumulative} with KV "
+                f"{w.kv_max:.1f}% and the waiting/swapped queue growing"
+            )
     return None
 
 
@@ -214,11 +253,14 @@ def classify(
                     result.append(w)
                     continue
                 exact = not w.preemptions_lower_bound and w.n_stats > 0
-                result.append(replace(
-                    w, cls=Class.THRASH_LOOP,
-                    confidence=Confidence.HIGH if exact else Confidence.MEDIUM,
-                    why=reason,
-                ))
+                result.append(
+                    replace(
+                        w,
+                        cls=Class.THRASH_LOOP,
+                        confidence=Confidence.HIGH if exact else Confidence.MEDIUM,
+                        why=reason,
+                    )
+                )
             i = j
     return result
 
@@ -270,8 +312,16 @@ def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
     return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
 
 
-_KILLERS = {"kernel_kill", "oom_invoked", "oom_summary", "memcg_usage", "systemd_oom",
-            "ray_memory_monitor", "shell_killed", "kernel_panic"}
+_KILLERS = {
+    "kernel_kill",
+    "oom_invoked",
+    "oom_summary",
+    "memcg_usage",
+    "systemd_oom",
+    "ray_memory_monitor",
+    "shell_killed",
+    "kernel_panic",
+}
 _AFTERMATH = {"k8s_oomkilled", "exit_137", "docker_oomkilled"}
 
 
@@ -295,8 +345,7 @@ def _host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | 
         why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
     if after:
         a = after[0]
-        consequence = (f"container terminated: {a.fields.get('subtype')} "
-                       f"[{a.source}:{a.line}]")
+        consequence = f"container terminated: {a.fields.get('subtype')} [{a.source}:{a.line}]"
         if why is None:
             why = "the container runtime reports an OOM kill / exit 137: host memory, not the GPU"
     return why, cause, consequence
@@ -311,9 +360,14 @@ def verdict(
 ) -> Verdict:
     if not windows:
         return Verdict(
-            cls=Class.INSUFFICIENT_EVIDENCE, confidence=Confidence.LOW, start=None, end=None,
-            replica="", why="no vLLM evidence found: no line matched a known signature",
-            evidence=(), evidence_found=False,
+            cls=Class.INSUFFICIENT_EVIDENCE,
+            confidence=Confidence.LOW,
+            start=None,
+            end=None,
+            replica="",
+            why="no vLLM evidence found: no line matched a known signature",
+            evidence=(),
+            evidence_found=False,
         )
     run = _episode(windows, seconds)
     head = run[0]
@@ -322,8 +376,8 @@ def verdict(
     cause = consequence = None
     alloc = _first_ts(windows, Class.ALLOCATION_FAILURE)
     host = next(
-        (w for w in sorted((w for w in windows if w.host_ooms and w.start), key=lambda w: w.start))  # type: ignore[arg-type, return-value]
-        , None,
+        (w for w in sorted((w for w in windows if w.host_ooms and w.start), key=lambda w: w.start)),  # type: ignore[arg-type, return-value]
+        None,
     )
     cls = head.cls
     why = head.why
@@ -353,8 +407,10 @@ def verdict(
         n = sum(1 for w in windows if w.cls is Class.INSUFFICIENT_EVIDENCE)
         if n >= thr.suspect_min_windows:
             conf = Confidence.MEDIUM
-        why = (f"KV cache pinned at >= {thr.kv_pressure_pct:g}% with requests waiting in {n} "
-               f"window(s), but {vis.reason}: preemption is suspected, not proven")
+        why = (
+            f"KV cache pinned at >= {thr.kv_pressure_pct:g}% with requests waiting in {n} "
+            f"window(s), but {vis.reason}: preemption is suspected, not proven"
+        )
     return Verdict(
         cls=cls,
         confidence=conf,

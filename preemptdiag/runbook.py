@@ -73,8 +73,7 @@ DOCS: dict[Class, ClassDoc] = {
         confirm="Preemption in several consecutive windows (or a high rate / a counter past "
         "#51) with KV pinned at >= ~95% and the waiting or swapped queue growing.",
         levers=(
-            "--max-model-len when one request can fill the pool "
-            "(Maximum concurrency < ~2x)",
+            "--max-model-len when one request can fill the pool (Maximum concurrency < ~2x)",
             "--max-num-seqs = floor(0.9 x KV tokens / p95 live tokens per running sequence); "
             "without capacity lines, half the current value",
             "SGLang: --max-running-requests the same way, else a larger "
@@ -111,10 +110,9 @@ DOCS: dict[Class, ClassDoc] = {
         "kernel OOM killer or the container runtime killed the engine (exit 137, "
         "OOMKilled). CPU swap space and pinned memory count against this limit.",
         confirm="Kernel oom-killer / `Killed process` lines, `Reason: OOMKilled` / "
-        "`Exit Code: 137`, docker `\"OOMKilled\": true`, or vLLM's swap-space warning.",
+        '`Exit Code: 137`, docker `"OOMKilled": true`, or vLLM\'s swap-space warning.',
         levers=(
-            "with a swap-space warning / SWAP preemption: lower --swap-space to fit the "
-            "container",
+            "with a swap-space warning / SWAP preemption: lower --swap-space to fit the container",
             "otherwise: raise the container/cgroup memory limit by the gap the OOM line shows",
         ),
         verify="no OOMKilled / exit 137 / oom-kill line in the next run under the same load",

@@ -79,7 +79,19 @@ class Matcher:
         if not cands:
             return
         line = normalise(raw)
-        if self._emit(source, lineno, line.text, cands, result, line.ts_wrapper, line.ts_kind, line.rank, 0, line.pod, line.uptime):
+        if self._emit(
+            source,
+            lineno,
+            line.text,
+            cands,
+            result,
+            line.ts_wrapper,
+            line.ts_kind,
+            line.rank,
+            0,
+            line.pod,
+            line.uptime,
+        ):
             return
         if next_raw is None:
             return
@@ -89,8 +101,17 @@ class Matcher:
         # Hard-wrapped paste: the record continues on the next physical line.
         joined = line.text + nxt
         self._emit(
-            source, lineno, joined, cands, result, line.ts_wrapper, line.ts_kind, line.rank,
-            len(line.text), line.pod, line.uptime,
+            source,
+            lineno,
+            joined,
+            cands,
+            result,
+            line.ts_wrapper,
+            line.ts_kind,
+            line.rank,
+            len(line.text),
+            line.pod,
+            line.uptime,
         )
 
     def _emit(

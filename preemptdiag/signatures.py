@@ -145,7 +145,9 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
     if not isinstance(pattern, str) or not pattern:
         raise _fail(path, sid, "'pattern' must be a non-empty string")
     if _NESTED_QUANTIFIER.search(pattern):
-        raise _fail(path, sid, "pattern has a nested unbounded quantifier (catastrophic backtracking)")
+        raise _fail(
+            path, sid, "pattern has a nested unbounded quantifier (catastrophic backtracking)"
+        )
     try:
         compiled = regex.compile(pattern)
     except regex.error as exc:
@@ -162,8 +164,7 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
             path, sid, f"named groups and [fields] differ (untyped: {missing}, no group: {extra})"
         )
     matches = tuple(
-        Example(line=str(e["line"]), fields=dict(e.get("fields", {})))
-        for e in raw.get("match", [])
+        Example(line=str(e["line"]), fields=dict(e.get("fields", {}))) for e in raw.get("match", [])
     )
     if not matches:
         raise _fail(path, sid, "needs at least one [[signature.match]] example")
@@ -252,7 +253,9 @@ def check_examples(sig: Signature) -> list[str]:
             if k not in got:
                 problems.append(f"example expects unknown field {k!r}")
             elif got[k] != want:
-                problems.append(f"field {k!r}: expected {want!r}, got {got[k]!r} in {ex.line[:60]!r}")
+                problems.append(
+                    f"field {k!r}: expected {want!r}, got {got[k]!r} in {ex.line[:60]!r}"
+                )
     for line in sig.no_matches:
         if list(sig.finditer(line)):
             problems.append(f"no_match example matches: {line[:80]!r}")

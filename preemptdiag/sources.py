@@ -67,7 +67,11 @@ def open_source(name: str) -> Source:
             data = data.replace(b"\r", b"\n")
             _Stdin.data = data
         return Source(
-            name="<stdin>", path=None, gz=False, mtime=None, head=data[:SNIFF_BYTES],
+            name="<stdin>",
+            path=None,
+            gz=False,
+            mtime=None,
+            head=data[:SNIFF_BYTES],
             size=len(data),
         )
     path = Path(name)
@@ -121,7 +125,9 @@ def _read_head(name: str, path: Path, gz: bool) -> bytes:
                 try:
                     return g.read(SNIFF_BYTES)
                 except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
-                    raise DiagError(f"{name}: corrupt or truncated gzip data at the start") from None
+                    raise DiagError(
+                        f"{name}: corrupt or truncated gzip data at the start"
+                    ) from None
         with path.open("rb") as f:
             return f.read(SNIFF_BYTES)
     except OSError as exc:

@@ -161,8 +161,12 @@ def test_not_a_log_at_all(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
 def test_interleaved_garbage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     p = tmp_path / "mixed.log"
     p.write_bytes(
-        b"\x00\x01garbage\n" + V0_STATS.format(s=1).encode() + b"\n%%%% is preempted ???\n"
-        + b"\xff\xfe\n" + V0_PREEMPT.encode() + b"\n"
+        b"\x00\x01garbage\n"
+        + V0_STATS.format(s=1).encode()
+        + b"\n%%%% is preempted ???\n"
+        + b"\xff\xfe\n"
+        + V0_PREEMPT.encode()
+        + b"\n"
     )
     code, report = analyze_json(capsys, str(p))
     assert code == 0

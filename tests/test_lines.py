@@ -34,7 +34,9 @@ def test_sglang_bracket_with_rank():
 
 
 def test_blockquote_crlf_and_kubectl_prefix():
-    assert normalise("> > Sequence group 1 is preempted\r\n").text == "Sequence group 1 is preempted"
+    assert (
+        normalise("> > Sequence group 1 is preempted\r\n").text == "Sequence group 1 is preempted"
+    )
     line = normalise("[pod/vllm-0/server] 2025-01-01T00:00:00Z INFO 01-01 00:00:00 x.py:1] hi")
     assert line.pod == "pod/vllm-0/server"
     assert line.ts_wrapper == "2025-01-01T00:00:00Z"

@@ -28,10 +28,20 @@ CASES = {
     "v1_thrash_loop.log": ("thrash_loop", False, "--max-num-seqs", "256", "78", 1),
     "v1_suspected_no_counter.log": ("insufficient_evidence", True, None, None, None, 0),
     "v1_cuda_oom.log": (
-        "allocation_failure", False, "--gpu-memory-utilization", "0.95", "0.90", 1,
+        "allocation_failure",
+        False,
+        "--gpu-memory-utilization",
+        "0.95",
+        "0.90",
+        1,
     ),
     "v0_startup_kv_too_small.log": (
-        "allocation_failure", False, "--max-model-len", "131072", "86432", 1,
+        "allocation_failure",
+        False,
+        "--max-model-len",
+        "131072",
+        "86432",
+        1,
     ),
     "sglang_thrash.log": ("thrash_loop", False, "--max-running-requests", "2048", "52", 1),
 }
@@ -75,12 +85,16 @@ def test_v1_suspected_becomes_confident_with_two_scrapes(
 
 
 def test_host_oom_incident_across_three_files(capsys: pytest.CaptureFixture[str]) -> None:
-    files = [str(SAMPLES / "host_oom_incident" / f) for f in ("engine.log", "dmesg.log", "describe.txt")]
+    files = [
+        str(SAMPLES / "host_oom_incident" / f) for f in ("engine.log", "dmesg.log", "describe.txt")
+    ]
     code, report = analyze(capsys, *files)
     v, lever = report["verdict"], report["lever"]
     assert v["class"] == "host_pressure"
     assert (lever["knob"], lever["current"], lever["proposed"]) == (
-        "container memory limit", "32.0 GiB", "40 GiB",
+        "container memory limit",
+        "32.0 GiB",
+        "40 GiB",
     )
     assert code == 1
 
@@ -94,8 +108,15 @@ def test_unrecognised_file(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_compare_before_after(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["compare", "--format", "json", str(SAMPLES / "compare/before.log"),
-                 str(SAMPLES / "compare/after.log")])
+    code = main(
+        [
+            "compare",
+            "--format",
+            "json",
+            str(SAMPLES / "compare/before.log"),
+            str(SAMPLES / "compare/after.log"),
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["change"] == "improved"
     assert data["changed_knobs"] == {"max_num_seqs": {"before": "256", "after": "48"}}
