@@ -1,0 +1,165 @@
+"""Command-line contract: version, explain, signatures, stdin, config, output files."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preemptdiag import __version__
+from preemptdiag.cli import main
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"preemptdiag {__version__}"
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "preemptdiag", "explain", "queueing"],
+        capture_output=True, text=True, check=False,
+    )
+    assert r.returncode == 0
+    assert r.stdout.startswith("queueing: queueing (admission queue")
+
+
+def test_explain_class_uses_the_runbook_data(capsys: pytest.CaptureFixture[str]) -> None:
+    from preemptdiag.records import Class
+    from preemptdiag.runbook import DOCS
+
+    assert main(["explain", "thrash_loop"]) == 0
+    out = capsys.readouterr().out
+    doc = DOCS[Class.THRASH_LOOP]
+    assert doc.mechanism in out
+    assert doc.do_not in out
+    assert "1. --max-model-len when one request can fill the pool" in out
+    assert "kv_pressure_pct=95.0" in out
+
+
+def test_explain_signature(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "vllm.v0.preemption"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("vllm.v0.preemption (preemption, vllm")
+    assert "Prefilter: 'reempt'" in out
+
+
+def test_signatures_list_and_test(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["signatures", "list"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("vllm.v1.stats ") for line in listing)
+    assert main(["signatures", "test"]) == 0
+    assert capsys.readouterr().out.strip().endswith("0 problem(s)")
+
+
+def test_signatures_test_reports_a_broken_user_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "mine.toml").write_text(
+        """
+[[signature]]
+id = "mine.slow"
+family = "mine"
+engine = "vllm"
+kind = "context"
+prefilter = ["hello"]
+pattern = '''hello (?P<who>\\w+)'''
+[signature.fields]
+who = "str"
+[[signature.match]]
+line = "hello world"
+fields = { who = "moon" }
+"""
+    )
+    assert main(["signatures", "test", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL mine.slow: field 'who': expected 'moon', got 'world'" in out
+
+
+def test_user_signature_file_errors_are_precise(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "bad.toml").write_text(
+        '[[signature]]\nid = "x.y"\nfamily = "f"\nengine = "vllm"\nkind = "weird"\n'
+        'prefilter = ["a"]\npattern = "a"\n'
+    )
+    log = tmp_path / "a.log"
+    log.write_text("a\n")
+    assert main(["analyze", "--signatures", str(tmp_path), str(log)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"preemptdiag: error: invalid signature file {tmp_path / 'bad.toml'}")
+    assert "signature 'x.y': unknown kind 'weird'" in err
+
+
+def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from preemptdiag import sources
+
+    data = (SAMPLES / "v0_thrash_loop.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    monkeypatch.setattr(sources._Stdin, "data", None)
+    assert main(["analyze", "-q", "-"]) == 1
+    assert capsys.readouterr().out.startswith("thrash_loop [high]")
+
+
+def test_several_formats_to_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    code = main([
+        "analyze", "--year", "2025", "-f", "markdown", "-o", str(md), "-f", "json", "-o", str(js),
+        str(SAMPLES / "v1_cuda_oom.log"),
+    ])
+    assert code == 1
+    assert capsys.readouterr().out == ""
+    assert md.read_text().startswith("### preemptdiag: allocation_failure (high)")
+    assert json.loads(js.read_text())["verdict"]["class"] == "allocation_failure"
+
+
+def test_config_file_thresholds_and_flags_win(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.preemptdiag]\nfail-on = "queueing"\nwindow = "5m"\n'
+        "[tool.preemptdiag.thresholds]\nkv_pressure_pct = 90\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    log = str(SAMPLES / "v1_queueing.log")
+    assert main(["analyze", "-f", "json", log]) == 1  # fail-on from the config
+    report = json.loads(capsys.readouterr().out)
+    assert report["window_seconds"] == 300
+    assert report["thresholds"]["kv_pressure_pct"] == 90.0
+    assert main(["analyze", "-q", "--fail-on", "thrash_loop", "--window", "60s", log]) == 0
+    capsys.readouterr()
+
+
+def test_config_file_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "preemptdiag.toml"
+    cfg.write_text("[thresholds]\nkv_presure = 90\n")
+    assert main(["analyze", "--config", str(cfg), str(SAMPLES / "v0_healthy.log")]) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}: unknown threshold 'kv_presure'" in err
+
+
+def test_budget_command_reproduces_the_napkin_math(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([
+        "budget", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "fp16",
+        "--pool-gib", "24", "--prompt", "2000", "--output", "1500",
+    ]) == 0
+    out = capsys.readouterr().out
+    assert "bytes per token = 2 × 32 layers × 8 KV heads × 128 head dim × 2 B = 131,072 B" in out
+    assert "KV tokens = 24 GiB × 1024³ / 131,072 B = 196,608" in out
+    assert "sustainable concurrency = floor(196,608 / (2,000 + 1,500)) = 56" in out
+
+
+def test_budget_from_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([
+        "budget", "--from-log", str(SAMPLES / "v0_thrash_loop.log"), "--prompt", "1500",
+        "--output", "700",
+    ]) == 0
+    out = capsys.readouterr().out
+    assert "116,512" in out
+    assert "sustainable concurrency     52" in out
