@@ -24,7 +24,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_python_dash_m_runs_the_cli() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "preemptdiag", "explain", "queueing"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert r.returncode == 0
     assert r.stdout.startswith("queueing: queueing (admission queue")
@@ -109,10 +111,22 @@ def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
 
 def test_several_formats_to_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     md, js = tmp_path / "r.md", tmp_path / "r.json"
-    code = main([
-        "analyze", "--year", "2025", "-f", "markdown", "-o", str(md), "-f", "json", "-o", str(js),
-        str(SAMPLES / "v1_cuda_oom.log"),
-    ])
+    code = main(
+        [
+            "analyze",
+            "--year",
+            "2025",
+            "-f",
+            "markdown",
+            "-o",
+            str(md),
+            "-f",
+            "json",
+            "-o",
+            str(js),
+            str(SAMPLES / "v1_cuda_oom.log"),
+        ]
+    )
     assert code == 1
     assert capsys.readouterr().out == ""
     assert md.read_text().startswith("### preemptdiag: allocation_failure (high)")
@@ -145,10 +159,28 @@ def test_config_file_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 
 def test_budget_command_reproduces_the_napkin_math(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([
-        "budget", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "fp16",
-        "--pool-gib", "24", "--prompt", "2000", "--output", "1500",
-    ]) == 0
+    assert (
+        main(
+            [
+                "budget",
+                "--layers",
+                "32",
+                "--kv-heads",
+                "8",
+                "--head-dim",
+                "128",
+                "--dtype",
+                "fp16",
+                "--pool-gib",
+                "24",
+                "--prompt",
+                "2000",
+                "--output",
+                "1500",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "bytes per token = 2 × 32 layers × 8 KV heads × 128 head dim × 2 B = 131,072 B" in out
     assert "KV tokens = 24 GiB × 1024³ / 131,072 B = 196,608" in out
@@ -156,10 +188,20 @@ def test_budget_command_reproduces_the_napkin_math(capsys: pytest.CaptureFixture
 
 
 def test_budget_from_log(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([
-        "budget", "--from-log", str(SAMPLES / "v0_thrash_loop.log"), "--prompt", "1500",
-        "--output", "700",
-    ]) == 0
+    assert (
+        main(
+            [
+                "budget",
+                "--from-log",
+                str(SAMPLES / "v0_thrash_loop.log"),
+                "--prompt",
+                "1500",
+                "--output",
+                "700",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "116,512" in out
     assert "sustainable concurrency     52" in out

@@ -1,0 +1,152 @@
+"""Levers: exactly one knob, one value, with the arithmetic behind it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from preemptdiag.advice import choose_lever
+from preemptdiag.config import Thresholds
+from preemptdiag.knobs import Facts
+from preemptdiag.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+V0 = EngineInfo("vllm", "v0", "0.6.3")
+
+
+def verdict(cls: Class, evidence: tuple[Event, ...] = ()) -> Verdict:
+    return Verdict(
+        cls=cls,
+        confidence=Confidence.HIGH,
+        start=T0,
+        end=T0,
+        replica="a",
+        why="",
+        evidence=evidence,
+    )
+
+
+def thrash_window(kv: float, running: int) -> Window:
+    return Window(
+        replica="a",
+        start=T0,
+        end=T0,
+        n_events=1,
+        n_stats=1,
+        preemptions=10.0,
+        preemptions_lower_bound=False,
+        max_cumulative=None,
+        kv_max=kv,
+        kv_mean=kv,
+        running_max=running,
+        running_mean=float(running),
+        waiting_first=0,
+        waiting_last=9,
+        waiting_max=9,
+        swapped_first=0,
+        swapped_last=0,
+        swapped_max=0,
+        prompt_tput=1.0,
+        gen_tput=1.0,
+        alloc_failures=0,
+        host_ooms=0,
+        engine_deaths=0,
+        swap_warnings=0,
+        evidence=(),
+        cls=Class.THRASH_LOOP,
+        kv_peak_running=running,
+    )
+
+
+def test_single_request_can_fill_the_pool_means_max_model_len() -> None:
+    facts = Facts(knobs={"max_model_len": "131072"}, kv_tokens=200_000, max_concurrency=1.53)
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 2)], [], facts, V0, Thresholds()
+    )
+    assert (lever.knob, lever.current, lever.proposed) == ("--max-model-len", "131072", "100000")
+    assert "1.53x < 2x" in lever.arithmetic[0]
+
+
+def test_thrash_without_capacity_halves_the_shown_value() -> None:
+    facts = Facts(knobs={"max_num_seqs": "96"})
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 80)], [], facts, V0, Thresholds()
+    )
+    assert (lever.knob, lever.current, lever.proposed) == ("--max-num-seqs", "96", "48")
+
+
+def test_demand_above_the_cap_falls_back_to_halving() -> None:
+    # 50% of 100k tokens over 10 running = 5k per seq -> floor(0.9*100k/5k) = 18 >= cap 16.
+    facts = Facts(knobs={"max_num_seqs": "16"}, kv_tokens=100_000)
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(50.0, 10)], [], facts, V0, Thresholds()
+    )
+    assert (lever.current, lever.proposed) == ("16", "8")
+    assert any("not below the current 16" in line for line in lever.arithmetic)
+
+
+def test_runtime_cuda_oom_at_default_utilisation_halves_batched_tokens() -> None:
+    oom = Event(
+        source="a",
+        line=1,
+        sig="any.torch.cuda_oom",
+        kind=Kind.ALLOC_FAILURE,
+        ts=T0,
+        fields={"subtype": "cuda_oom", "phase": "runtime"},
+        text="",
+    )
+    facts = Facts(knobs={"gpu_memory_utilization": "0.9", "max_num_batched_tokens": "16384"})
+    lever = choose_lever(
+        verdict(Class.ALLOCATION_FAILURE, (oom,)), [], [oom], facts, V0, Thresholds()
+    )
+    assert (lever.knob, lever.current, lever.proposed) == (
+        "--max-num-batched-tokens",
+        "16384",
+        "8192",
+    )
+
+
+def test_sglang_weights_leave_no_kv_raises_mem_fraction() -> None:
+    ev = Event(
+        source="a",
+        line=1,
+        sig="sglang.alloc.weights_leave_no_kv",
+        kind=Kind.ALLOC_FAILURE,
+        ts=T0,
+        fields={"subtype": "weights_leave_no_kv", "mem_fraction_static": 0.88},
+        text="",
+    )
+    lever = choose_lever(
+        verdict(Class.ALLOCATION_FAILURE, (ev,)),
+        [],
+        [ev],
+        Facts(),
+        EngineInfo("sglang", None, None),
+        Thresholds(),
+    )
+    assert (lever.knob, lever.current, lever.proposed) == ("--mem-fraction-static", "0.88", "0.92")
+
+
+def test_swap_warning_host_pressure_lowers_swap_space() -> None:
+    ev = Event(
+        source="a",
+        line=1,
+        sig="vllm.swap_space.possibly_too_large",
+        kind=Kind.SWAP_WARNING,
+        ts=T0,
+        fields={"swap_gib": 4.0, "total_gib": 7.74, "severity": "warning"},
+        text="",
+    )
+    lever = choose_lever(verdict(Class.HOST_PRESSURE), [], [ev], Facts(), V0, Thresholds())
+    assert (lever.knob, lever.current, lever.proposed) == ("--swap-space", "4", "1")
+
+
+def test_no_change_classes_still_say_how_to_verify() -> None:
+    for cls in (
+        Class.HEALTHY,
+        Class.QUEUEING,
+        Class.BENIGN_PREEMPTION,
+        Class.INSUFFICIENT_EVIDENCE,
+    ):
+        lever = choose_lever(verdict(cls), [], [], Facts(), V0, Thresholds())
+        assert lever.knob is None and lever.proposed is None
+        assert lever.verify and lever.do_not

@@ -1,0 +1,138 @@
+"""Counting and timing rules of events.py, on small logs built per scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from preemptdiag.analyze import Options, run_analysis
+from preemptdiag.events import TimeContext
+from preemptdiag.records import Kind
+
+WARN = (
+    "{p}WARNING {md} {hms} scheduler.py:1560] Sequence group {sid} is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
+    "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
+    "provide more KV cache memory. total_num_cumulative_preemption={n}{suffix}"
+)
+INIT = "INFO 01-01 00:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m', max_seq_len=4096, tensor_parallel_size=1)"
+
+
+def warn(
+    n: int, hms: str, p: str = "", sid: str = "cmpl-1", suffix: str = "", md: str = "01-01"
+) -> str:
+    return WARN.format(p=p, md=md, hms=hms, sid=sid, n=n, suffix=suffix)
+
+
+def events_of(tmp_path: Path, lines: list[str], name: str = "a.log"):  # type: ignore[no-untyped-def]
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    out = run_analysis(Options(files=(str(p),), jobs=1, time=TimeContext(year=2025)))
+    return [e for e in out.events if e.kind is Kind.PREEMPTION], out
+
+
+def test_counter_deltas_not_warning_lines(tmp_path: Path) -> None:
+    pre, _ = events_of(
+        tmp_path, [INIT, warn(1, "00:01:00"), warn(51, "00:02:00"), warn(101, "00:03:00")]
+    )
+    assert [e.preemptions for e in pre] == [1, 50, 50]
+    assert not any(e.lower_bound for e in pre)
+
+
+def test_first_counter_without_engine_start_is_a_lower_bound(tmp_path: Path) -> None:
+    pre, out = events_of(tmp_path, [warn(151, "00:01:00"), warn(201, "00:02:00")])
+    assert [(e.preemptions, e.lower_bound) for e in pre] == [(1, True), (50, False)]
+    assert any("lower bounds" in n for n in out.report.notes)
+
+
+def test_counter_reset_is_a_restart(tmp_path: Path) -> None:
+    pre, _ = events_of(
+        tmp_path, [INIT, warn(51, "00:01:00"), warn(1, "00:05:00"), warn(51, "00:06:00")]
+    )
+    assert [e.preemptions for e in pre] == [51, 1, 50]
+
+
+def test_ray_repeated_multiplies_and_hosts_are_separate_engines(tmp_path: Path) -> None:
+    pre, out = events_of(
+        tmp_path,
+        [
+            warn(1, "00:01:00", p="(WorkerDict pid=1, ip=10.0.0.1) "),
+            warn(
+                1,
+                "00:02:00",
+                p="(WorkerDict pid=2, ip=10.0.0.2) ",
+                suffix=" [repeated 2x across cluster]",
+            ),
+        ],
+    )
+    assert [e.preemptions for e in pre] == [1, 2]
+    assert out.report.verdict.cls.value == "benign_preemption"
+
+
+def test_sglang_ranks_count_once(tmp_path: Path) -> None:
+    line = "[2025-03-07 21:49:33 TP{r}] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4512 -> 0.8127"
+    pre, _ = events_of(tmp_path, [line.format(r=r) for r in range(4)])
+    assert sum(e.preemptions for e in pre) == 3
+
+
+def test_glued_stats_records_keep_their_own_time(tmp_path: Path) -> None:
+    rec = (
+        "INFO 07-28 06:41:{s:02d} [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+        "Avg generation throughput: 239.2 tokens/s, Running: 8 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: {kv}%, Prefix cache hit rate: 0.0%"
+    )
+    p = tmp_path / "glued.log"
+    p.write_text(rec.format(s=9, kv="91.6") + rec.format(s=19, kv="91.9") + "\n")
+    out = run_analysis(Options(files=(str(p),), jobs=1, time=TimeContext(year=2025)))
+    stats = [e for e in out.events if e.kind is Kind.STATS]
+    assert [(e.ts.second if e.ts else None, e.fields["kv_usage"], e.line) for e in stats] == [
+        (9, 91.6, 1),
+        (19, 91.9, 1),
+    ]
+
+
+def test_hard_wrapped_stats_line_is_rejoined(tmp_path: Path) -> None:
+    p = tmp_path / "wrapped.log"
+    p.write_text(
+        "2025-10-15T00:02:38.756689123Z (APIServer pid=1) INFO 10-14 17:02:38 [loggers.py:123] "
+        "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughpu\n"
+        "t: 843.6 tokens/s, Running: 38 reqs, Waiting: 0 reqs, GPU KV cache usage: 88.5%, "
+        "Prefix cache hit rate: 42.4%\n"
+    )
+    out = run_analysis(Options(files=(str(p),), jobs=1))
+    stats = [e for e in out.events if e.kind is Kind.STATS]
+    assert [(e.line, e.fields["gen_tput"], e.fields["running"]) for e in stats] == [(1, 843.6, 38)]
+    assert stats[0].ts is not None and stats[0].ts.isoformat() == "2025-10-15T00:02:38.756689+00:00"
+
+
+def test_decoy_prompt_is_not_evidence(tmp_path: Path) -> None:
+    decoy = (
+        "INFO 01-01 00:01:00 logger.py:39] Received request chatcmpl-9: prompt: 'why does my log say "
+        + warn(51, "00:00:00")
+        + "?', params: SamplingParams(n=1)"
+    )
+    pre, out = events_of(tmp_path, [decoy])
+    assert pre == []
+    assert out.report.stats.skipped == {"decoy in request text": 1}
+
+
+def test_zero_gpu_blocks_is_an_allocation_failure(tmp_path: Path) -> None:
+    _, out = events_of(
+        tmp_path, ["INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256"]
+    )
+    assert out.report.verdict.cls.value == "allocation_failure"
+    assert out.report.lever.knob == "--gpu-memory-utilization"
+
+
+def test_dmesg_uptime_borrows_boot_time_from_journald(tmp_path: Path) -> None:
+    j = tmp_path / "journal.log"
+    j.write_text(
+        "Aug 19 18:00:00 node kernel: [1000.000000] oom_reaper: reaped process 1 (x), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB\n"
+    )
+    d = tmp_path / "dmesg.log"
+    d.write_text(
+        "[1100.500000] Memory cgroup out of memory: Killed process 48211 (python3) total-vm:1kB, anon-rss:2097152kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0\n"
+    )
+    out = run_analysis(Options(files=(str(j), str(d)), jobs=1, time=TimeContext(year=2025)))
+    kill = [e for e in out.events if e.kind is Kind.HOST_OOM]
+    assert kill and kill[0].ts is not None
+    assert kill[0].ts.isoformat() == "2025-08-19T18:01:40.500000+00:00"
