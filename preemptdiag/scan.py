@@ -22,11 +22,12 @@ from preemptdiag.lines import (
 from preemptdiag.prefilter import LineFinder, iter_blocks, number_lines
 from preemptdiag.records import Hit
 from preemptdiag.signatures import Signature
-from preemptdiag.sources import Source, TruncatedInput, open_binary
+from preemptdiag.sources import Source, open_binary, was_truncated
 
 # Longer lines are cut: a 50 MB single "line" is a paste accident, not one record.
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
+TRUNCATED = "truncated gzip: input ended early"
 
 # A match that starts after one of these markers sits inside a logged request:
 # user text quoting a signal line is a decoy, never evidence.
@@ -155,7 +156,7 @@ class Matcher:
                         sig=sig.id,
                         kind=sig.kind,
                         fields=sig.extract(m),
-                        text=record_text(text, start, end)[:MAX_EVIDENCE_CHARS],
+                        text=_cut(record_text(text, start, end)),
                         ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
                         ts_engine=engine_ts_before(text, start),
                         proc=proc,
@@ -166,6 +167,15 @@ class Matcher:
                 )
                 result.recognised[sig.family] += 1
         return found
+
+
+def _cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
+    """Shorten evidence at a space so no token is split: a secret cut in half would
+    be too short for the redactor to recognise."""
+    if len(text) <= limit:
+        return text
+    i = text.rfind(" ", 0, limit)
+    return text[: i if i > limit // 2 else limit] + " …"
 
 
 def _declared(a: Signature, b: Signature) -> bool:
@@ -214,25 +224,24 @@ def scan_fast(
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
     with open_binary(src) as f:
-        try:
-            for block, _offset in iter_blocks(f, byte_range=byte_range):
-                spans = finder.candidate_lines(block)
-                numbers, newlines = number_lines(block, spans, next_line)
-                size = len(block)
-                for (start, end), lineno in zip(spans, numbers, strict=True):
-                    raw = _decode(block[start:end], result)
-                    nxt = None
-                    if end + 1 < size:
-                        nxt_end = block.find(b"\n", end + 1)
-                        nxt = _decode(block[end + 1 : nxt_end if nxt_end != -1 else size], scratch)
-                    matcher.match(src.name, lineno, raw, nxt, result)
-                result.lines_read += newlines + (0 if block.endswith(b"\n") else 1)
-                result.bytes_read += size
-                next_line += newlines
-                if progress is not None:
-                    progress(size)
-        except TruncatedInput:
-            result.skipped["truncated gzip: input ended early"] += 1
+        for block, _offset in iter_blocks(f, byte_range=byte_range):
+            spans = finder.candidate_lines(block)
+            numbers, newlines = number_lines(block, spans, next_line)
+            size = len(block)
+            for (start, end), lineno in zip(spans, numbers, strict=True):
+                raw = _decode(block[start:end], result)
+                nxt = None
+                if end + 1 < size:
+                    nxt_end = block.find(b"\n", end + 1)
+                    nxt = _decode(block[end + 1 : nxt_end if nxt_end != -1 else size], scratch)
+                matcher.match(src.name, lineno, raw, nxt, result)
+            result.lines_read += newlines + (0 if block.endswith(b"\n") else 1)
+            result.bytes_read += size
+            next_line += newlines
+            if progress is not None:
+                progress(size)
+        if was_truncated(f):
+            result.skipped[TRUNCATED] += 1
     return result
 
 
@@ -244,11 +253,9 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     """
     result = ScanResult(source=src.name)
     with open_binary(src) as f:
-        data = b""
-        try:
-            data = f.read()
-        except TruncatedInput:
-            result.skipped["truncated gzip: input ended early"] += 1
+        data = f.read()
+        if was_truncated(f):
+            result.skipped[TRUNCATED] += 1
     if not data:
         return result
     raw_lines = data.split(b"\n")

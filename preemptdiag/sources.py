@@ -134,15 +134,21 @@ def _read_head(name: str, path: Path, gz: bool) -> bytes:
         raise DiagError(f"{name}: cannot read ({exc.strerror})") from None
 
 
-class TruncatedInput(Exception):
-    """Raised by readers when a .gz ends early; the scanner keeps what it read."""
+def was_truncated(f: object) -> bool:
+    """True when the reader behind `f` (through buffering layers) hit a cut-short .gz."""
+    while f is not None:
+        if getattr(f, "truncated", False):
+            return True
+        f = getattr(f, "raw", None) or getattr(f, "_inner", None)
+    return False
 
 
 class _GzipStream(io.RawIOBase):
     """Streaming gunzip that hands out every byte decompressed before any damage.
 
     gzip.GzipFile loses the tail of the last read when the file is cut short; this
-    returns all the data first, then raises TruncatedInput. Memory stays flat.
+    returns all the data, then a clean end of file, and sets `truncated` (see
+    was_truncated) so the scanner can count it. Memory stays flat.
     """
 
     _CHUNK = 256 << 10
@@ -152,8 +158,7 @@ class _GzipStream(io.RawIOBase):
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self._buf = b""
         self._done = False
-        self._truncated = False
-        self._reported = False
+        self.truncated = False
 
     def readable(self) -> bool:
         return True
@@ -169,23 +174,16 @@ class _GzipStream(io.RawIOBase):
                     return
                 self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # next gzip member
             elif not data:
-                self._done = self._truncated = True
+                self._done = self.truncated = True
                 return
             try:
                 self._buf = self._d.decompress(data)
             except zlib.error:
-                self._done = self._truncated = True
+                self._done = self.truncated = True
                 return
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        # Signal the damage one call after the data: a buffered reader would drop the
-        # bytes it had gathered if the first empty read raised.
-        if self._reported:
-            raise TruncatedInput("gzip stream ended early")
         self._fill()
-        if not self._buf and self._truncated:
-            self._reported = True
-            return 0
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HOOKS_FILE = ROOT / ".pre-commit-hooks.yaml"
 SAMPLES = ROOT / "samples"
 
-THRASH = "incidents/2024-11-04-vllm-0.log"
-HEALTHY = "incidents/2024-10-22-vllm-1.log"
+THRASH = "incidents/vllm-0.log"
+HEALTHY = "incidents/vllm-1.log"
 NOTES = "incidents/README.md"
 
 # README-ready: the `.pre-commit-config.yaml` of the incidents repo below, verbatim.
@@ -77,7 +77,9 @@ def _entry_argv(entry: str) -> list[str]:
     return [exe, *rest] if exe else [sys.executable, "-m", "preemptdiag", *rest]
 
 
-def _run_hook(repo: Path, files: list[str], args: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run_hook(
+    repo: Path, files: list[str], args: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # pre-commit execs `entry + args + filenames` from the repository root.
     argv = [*_entry_argv(_shipped_hook()["entry"]), *(args or []), *files]
     return subprocess.run(argv, cwd=repo, env=_env(), capture_output=True, text=True, timeout=120)
@@ -145,10 +147,10 @@ def test_readme_config_matches_shipped_hook() -> None:
     shipped = _shipped_hook()
     readme = _readme_hook()
     assert readme["language"] == "system"
-    for key in ("id", "name", "entry", "files", "require_serial", "pass_filenames"):
+    shared = ("id", "name", "entry", "files", "require_serial", "pass_filenames")
+    assert set(readme) == {"language", *shared}
+    for key in shared:
         assert readme[key] == shipped[key], key
-    assert set(readme) == {"language", "id", "name", "entry", "files", "require_serial",
-                           "pass_filenames"}
 
 
 # ---------------------------------------------------------------- the entry, as pre-commit runs it
@@ -191,7 +193,11 @@ def _pre_commit(repo: Path, tmp_path: Path, *args: str) -> subprocess.CompletedP
     env.pop("PRE_COMMIT", None)
     return subprocess.run(
         [sys.executable, "-m", "pre_commit", "run", "--color", "never", *args],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -205,7 +211,7 @@ def test_pre_commit_run_all_files_fails_on_the_thrash_log(
     assert "- hook id: preemptdiag\n- exit code: 1\n" in out
     verdicts = [ln for ln in out.splitlines() if ln.startswith("incidents/")]
     # pre-commit passes the files in `git ls-files` order.
-    assert _verdicts("\n".join(verdicts)) == [(HEALTHY, "healthy"), (THRASH, "thrash_loop")]
+    assert _verdicts("\n".join(verdicts)) == [(THRASH, "thrash_loop"), (HEALTHY, "healthy")]
     assert NOTES not in out
 
 
