@@ -1,6 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
-    python bench/run.py [--sizes 100MiB,1GiB] [--jobs 1,2] [--repeat 3] [--fallback]
+    python bench/run.py [--sizes 100MiB,1GiB] [--jobs 1,2] [--repeat 3]
+                        [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
 runs; each is read once before timing so every tool meets a warm page cache.
@@ -9,9 +10,10 @@ Rows, per size:
 - `grep -E -c`: GNU grep, LC_ALL=C, the alternation of the same literal set.
 - `analyze`: `python -m preemptdiag analyze FILE --format json --jobs N`, end to end.
   When the command fails (the CLI still being built), the row says so.
-- `scan (aho)` / `scan (python)`: the prefilter alone (iter_blocks + LineFinder +
-  number_lines, over `split_ranges` parts in N processes), in a child process.
-  `--fallback` adds the pure-Python engine, which is slow on large literal sets.
+- `scan (ENGINE)`: the prefilter alone (iter_blocks + LineFinder + number_lines, over
+  `split_ranges` parts in N processes), in a child process. By default only the
+  engine `analyze` uses (the fastest installed); `--engines` times others too. The
+  pure-Python engine ("python") is slow on large literal sets and runs once.
 
 Seconds are the best of `--repeat` runs (this box is shared; the best is the least
 disturbed). MB/s uses 10^6 bytes. Peak RSS is the largest single process (the child
@@ -208,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100MiB,1GiB")
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--fallback", action="store_true", help="also time the pure-Python engine")
+    ap.add_argument("--engines", help="prefilter engines to time (default: the one auto picks)")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "preemptdiag-bench")
     ap.add_argument("--scan-only", metavar="FILE", help=argparse.SUPPRESS)
-    ap.add_argument("--engine", default="aho", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--literals", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -225,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = [f"literal set: {origin}"]
     args.dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LC_ALL="C", PYTHONPATH=str(REPO))
-    engines = ["aho", "python"] if args.fallback else ["aho"]
+    from preemptdiag.prefilter import available_engines
+
+    engines = args.engines.split(",") if args.engines else available_engines()[:1]
 
     rows: list[tuple[str, str, str, float, float, float, str]] = []
     for size_text in args.sizes.split(","):

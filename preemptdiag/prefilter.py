@@ -1,16 +1,20 @@
 """The hot loop: find the few lines of a big log that contain any signature literal.
 
 Everything here works on raw bytes in large blocks; no line object is created for
-the bulk of a log. Measured on a 2-core box with ~30 literals (bench/README.md):
+the bulk of a log. Three engines give the same answer, exactly what
+`[line for line in lines if any(lit in line for lit in literals)]` gives; measured on
+a 2-core box, one core, in memory (bench/README.md):
 
-- `ahocorasick_rs` (Rust aho-corasick, leftmost-first, whose SIMD "Teddy" search
-  handles the whole literal set in one pass) scans ~1.0-1.4 GB/s;
-- the `hyperscan` wheel scanned ~0.6-0.8 GB/s (its database reports no AVX2 features);
-- one `bytes.find` pass per literal, the pure-Python fallback, costs
-  ~1.2 GB/s / number of literals (~0.04 GB/s for 30): correct, but slow.
+| engine                                   | 56 signature literals | 31 literals  |
+|------------------------------------------|-----------------------|--------------|
+| `hyperscan` (Hyperscan/Vectorscan)       | 1.7-2.8 GB/s          | 0.6-0.8 GB/s |
+| `ahocorasick_rs` (Rust, leftmost-first)  | 0.8 GB/s              | 1.2-1.6 GB/s |
+| `bytes.find`, one pass per literal       | 0.03 GB/s             | 0.05 GB/s    |
 
-So `ahocorasick_rs` is used when importable and the fallback otherwise; both return
-exactly what `[line for line in lines if any(lit in line for lit in literals)]` would.
+The built-in signatures alone carry 50+ literals and user signatures add more, the
+range where Hyperscan wins; so the order is hyperscan, then ahocorasick_rs, then the
+pure-Python loop, whichever imports first. The libraries report literal hits; the
+lines around them are found here with bytes.rfind/find.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ from typing import BinaryIO, Literal
 from preemptdiag.errors import DiagError
 
 try:
+    import hyperscan
+
+    HAVE_HYPERSCAN = True
+except ImportError:  # pragma: no cover - exercised only where the wheel is missing
+    HAVE_HYPERSCAN = False
+try:
     from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
     HAVE_AHOCORASICK = True
@@ -36,9 +46,22 @@ except ImportError:  # pragma: no cover - exercised only where the wheel is miss
 DEFAULT_BLOCK_SIZE = 1 << 20
 # Read size when hunting for the next newline at a split point.
 _PROBE = 64 << 10
+# Hyperscan takes a 32-bit length; a bigger block (one absurd line) uses the loop.
+_HS_MAX_BLOCK = (1 << 32) - 1
 
-Engine = Literal["auto", "aho", "python"]
+Engine = Literal["auto", "hyperscan", "aho", "python"]
 Span = tuple[int, int]
+
+
+def available_engines() -> list[Engine]:
+    """Engines usable here, fastest first (what "auto" picks is the first)."""
+    engines: list[Engine] = []
+    if HAVE_HYPERSCAN:
+        engines.append("hyperscan")
+    if HAVE_AHOCORASICK:
+        engines.append("aho")
+    engines.append("python")
+    return engines
 
 
 def _reduce(literals: Sequence[bytes]) -> tuple[tuple[bytes, ...], bool]:
@@ -58,18 +81,35 @@ def _reduce(literals: Sequence[bytes]) -> tuple[tuple[bytes, ...], bool]:
     return tuple(kept), False
 
 
+def _hs_database(literals: Sequence[bytes]) -> hyperscan.Database:
+    # One pattern per literal, every byte escaped as \xHH: literals may hold regex
+    # syntax or any byte (the binding's pure-literal mode stops at a NUL). A cleverer
+    # single pattern, `(?:lits)[^\n]*$`, would report each line once, but this build
+    # misses it when a 2-byte literal ends the buffer (found by the property test);
+    # plain literals scan as fast (measured).
+    patterns = [b"".join(b"\\x%02x" % c for c in lit) for lit in literals]
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=patterns, ids=list(range(len(patterns))), flags=0)
+    return db
+
+
 class LineFinder:
     """Offsets of the lines in a block that contain at least one literal."""
 
     def __init__(self, literals: Sequence[bytes], engine: Engine = "auto") -> None:
         self.literals, self._every_line = _reduce(literals)
         if engine == "auto":
-            engine = "aho" if HAVE_AHOCORASICK else "python"
-        if engine == "aho" and not HAVE_AHOCORASICK:
-            raise RuntimeError("ahocorasick_rs is not installed")
+            engine = available_engines()[0]
+        if engine not in available_engines():
+            raise RuntimeError(f"prefilter engine {engine!r} is not installed")
         self.engine: Engine = engine
+        self._hs: hyperscan.Database | None = None
         self._ac: BytesAhoCorasick | None = None
-        if engine == "aho" and self.literals:
+        if not self.literals:
+            return
+        if engine == "hyperscan":
+            self._hs = _hs_database(self.literals)
+        elif engine == "aho":
             # Leftmost-first is what enables the SIMD prefilter (standard matching
             # disables it); it still reports at least one match in every line that
             # holds a literal, because a match never spans a newline.
@@ -79,19 +119,41 @@ class LineFinder:
         """Sorted (start, end) of every candidate line; end excludes the newline."""
         if self._every_line:
             return _all_lines(block)
-        if not self.literals:
+        if not self.literals or not block:
             return []
+        if self._hs is not None and len(block) < _HS_MAX_BLOCK:
+            return self._lines_hs(self._hs, block)
         if self._ac is not None:
-            return self._lines_aho(block)
+            return self._lines_aho(self._ac, block)
         return self._lines_find(block)
 
-    def _lines_aho(self, block: bytes) -> list[Span]:
-        assert self._ac is not None
+    @staticmethod
+    def _lines_hs(db: hyperscan.Database, block: bytes) -> list[Span]:
         out: list[Span] = []
         line_end = -1
         rfind = block.rfind
         find = block.find
-        for _, start, end in self._ac.find_matches_as_indexes(block):
+
+        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            # Matches come in end-offset order; `to` lies inside the literal's line.
+            nonlocal line_end
+            if to <= line_end:
+                return  # another literal on a line already taken
+            line_end = find(b"\n", to)
+            if line_end == -1:
+                line_end = len(block)
+            out.append((rfind(b"\n", 0, to) + 1, line_end))
+
+        db.scan(block, match_event_handler=on_match)
+        return out
+
+    @staticmethod
+    def _lines_aho(ac: BytesAhoCorasick, block: bytes) -> list[Span]:
+        out: list[Span] = []
+        line_end = -1
+        rfind = block.rfind
+        find = block.find
+        for _, start, end in ac.find_matches_as_indexes(block):
             if start < line_end:
                 continue  # another literal on a line already taken
             s = rfind(b"\n", 0, start) + 1

@@ -11,6 +11,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+try:
+    from ahocorasick_rs import AhoCorasick, MatchKind
+except ImportError:  # pragma: no cover - the pure-Python prefilter path is used instead
+    pass
+
 from preemptdiag.lines import (
     engine_ts_before,
     normalise,
@@ -19,7 +24,7 @@ from preemptdiag.lines import (
     repeat_count,
     sglang_rank,
 )
-from preemptdiag.prefilter import LineFinder, iter_blocks, number_lines
+from preemptdiag.prefilter import HAVE_AHOCORASICK, LineFinder, iter_blocks, number_lines
 from preemptdiag.records import Hit
 from preemptdiag.signatures import Signature
 from preemptdiag.sources import Source, open_binary, was_truncated
@@ -63,9 +68,45 @@ class Matcher:
                 lits.setdefault(lit, None)
         self.literals = tuple(lits)
         self.literal_bytes = tuple(lit.encode() for lit in self.literals)
+        # Which signatures each literal can start, so one automaton pass over a
+        # candidate line (prompts make some lines 100 KB long) picks the regexes to run.
+        index = {lit: i for i, lit in enumerate(self.literals)}
+        self._sig_lits = [frozenset(index[lit] for lit in s.prefilter) for s in self.sigs]
+        self._longest = max(map(len, self.literals), default=0)
+        self._finder: LineFinder | None = None
+        self._ac = (
+            AhoCorasick(list(self.literals), matchkind=MatchKind.Standard)
+            if HAVE_AHOCORASICK and self.literals
+            else None
+        )
 
-    def candidates(self, raw: str) -> list[Signature]:
-        return [s for s in self.sigs if s.prefilter_hit(raw)]
+    def finder(self) -> LineFinder:
+        """The block prefilter for these literals, built once (compiling it costs
+        tens of milliseconds, which adds up over many small files in `check`)."""
+        if self._finder is None:
+            self._finder = LineFinder(self.literal_bytes)
+        return self._finder
+
+    def candidates(self, raw: str, before: int | None = None) -> list[Signature]:
+        """Signatures with a literal in `raw` (starting before `before`, when given:
+        literals inside a logged request's text cannot start evidence)."""
+        if self._ac is None:
+            head = raw if before is None else raw[: before + self._longest]
+            return [
+                s for s in self.sigs
+                if any(0 <= head.find(lit) < (before if before is not None else len(raw))
+                       for lit in s.prefilter)
+            ]
+        # Only the head of the line can hold evidence: search just that part.
+        head = raw if before is None else raw[: before + self._longest]
+        found = {
+            i
+            for i, start, _ in self._ac.find_matches_as_indexes(head, overlapping=True)
+            if before is None or start < before
+        }
+        if not found:
+            return []
+        return [s for s, lits in zip(self.sigs, self._sig_lits, strict=True) if lits & found]
 
     def match(
         self,
@@ -76,7 +117,16 @@ class Matcher:
         result: ScanResult,
         sigs: Sequence[Signature] | None = None,
     ) -> None:
-        cands = self.candidates(raw) if sigs is None else list(sigs)
+        if sigs is None:
+            decoy = _decoy_position(raw)
+            cands = self.candidates(raw, decoy)
+            if not cands:
+                # Only candidate lines get here: their literals sit in request text.
+                if decoy is not None:
+                    result.skipped["decoy in request text"] += 1
+                return
+        else:
+            cands = list(sigs)
         if not cands:
             return
         line = normalise(raw)
@@ -220,26 +270,37 @@ def scan_fast(
     first_line: int = 1,
 ) -> ScanResult:
     result = ScanResult(source=src.name)
-    finder = LineFinder(matcher.literal_bytes)
+    finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
+    # The last line of a block may be a hard-wrapped record whose continuation
+    # opens the next block: it waits for that first line before it is matched.
+    pending: tuple[int, str] | None = None
     with open_binary(src) as f:
         for block, _offset in iter_blocks(f, byte_range=byte_range):
+            size = len(block)
+            if pending is not None:
+                first_end = block.find(b"\n")
+                nxt = _decode(block[: first_end if first_end != -1 else size], scratch)
+                matcher.match(src.name, pending[0], pending[1], nxt, result)
+                pending = None
             spans = finder.candidate_lines(block)
             numbers, newlines = number_lines(block, spans, next_line)
-            size = len(block)
             for (start, end), lineno in zip(spans, numbers, strict=True):
                 raw = _decode(block[start:end], result)
-                nxt = None
-                if end + 1 < size:
-                    nxt_end = block.find(b"\n", end + 1)
-                    nxt = _decode(block[end + 1 : nxt_end if nxt_end != -1 else size], scratch)
+                if end + 1 >= size:
+                    pending = (lineno, raw)
+                    continue
+                nxt_end = block.find(b"\n", end + 1)
+                nxt = _decode(block[end + 1 : nxt_end if nxt_end != -1 else size], scratch)
                 matcher.match(src.name, lineno, raw, nxt, result)
             result.lines_read += newlines + (0 if block.endswith(b"\n") else 1)
             result.bytes_read += size
             next_line += newlines
             if progress is not None:
                 progress(size)
+        if pending is not None:
+            matcher.match(src.name, pending[0], pending[1], None, result)
         if was_truncated(f):
             result.skipped[TRUNCATED] += 1
     return result
@@ -274,5 +335,5 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
                 if list(s.finditer(line.text)):
                     result.skipped["prefilter miss"] += 1
             continue
-        matcher.match(src.name, i + 1, raw, nxt, result, cands)
+        matcher.match(src.name, i + 1, raw, nxt, result)
     return result

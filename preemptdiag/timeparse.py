@@ -28,9 +28,13 @@ def parse_iso(text: str) -> datetime | None:
     elif len(s) > 6 and s[-6] in "+-" and s[-3] == ":":
         zone = _offset(s[-6:].replace(":", ""))
         s = s[:-6]
+        if zone is None:
+            return None
     elif len(s) > 5 and s[-5] in "+-" and s[-4:].isdigit() and ("T" in s or " " in s):
         zone = _offset(s[-5:])
         s = s[:-5]
+        if zone is None:
+            return None
     frac = 0
     if "." in s:
         s, f = s.split(".", 1)
@@ -42,9 +46,12 @@ def parse_iso(text: str) -> datetime | None:
     return dt.replace(microsecond=frac, tzinfo=zone or UTC)
 
 
-def _offset(text: str) -> timezone:
+def _offset(text: str) -> timezone | None:
     sign = -1 if text[0] == "-" else 1
-    return timezone(sign * timedelta(hours=int(text[1:3]), minutes=int(text[3:5])))
+    delta = timedelta(hours=int(text[1:3]), minutes=int(text[3:5]))
+    if delta >= timedelta(hours=24):
+        return None  # not a real zone: treat the stamp as unparseable
+    return timezone(sign * delta)
 
 
 def parse_any(text: str) -> datetime | None:
