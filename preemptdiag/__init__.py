@@ -1,10 +1,7 @@
 """preemptdiag: diagnose KV-cache preemption and memory incidents in LLM serving logs."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("preemptdiag")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+source"
+# The single source of the version (pyproject reads it): importlib.metadata would
+# cost ~60 ms on every start, and `--help` must stay fast.
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

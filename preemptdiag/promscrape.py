@@ -18,11 +18,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 from dateutil import parser as dateutil_parser
-from prometheus_client.parser import text_string_to_metric_families
 
 from preemptdiag.errors import DiagError
+
+
+def _families(text: str) -> Iterable[Any]:
+    # Imported on first use: prometheus_client costs ~40 ms at start-up, and most
+    # runs have no scrape among their inputs.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(text)
 
 # (quantity, how label sets combine, candidate names in order of preference, scale).
 # The first candidate present wins, so a build exposing both a deprecated and its
@@ -158,7 +166,7 @@ def looks_like_prometheus(first_chunk: bytes) -> bool:
     # No HELP/TYPE (hand-trimmed or `grep vllm: metrics`): every line must parse, and
     # more than one sample keeps a stray `word 5` line from passing as a scrape.
     try:
-        n = sum(len(fam.samples) for fam in text_string_to_metric_families("\n".join(body)))
+        n = sum(len(fam.samples) for fam in _families("\n".join(body)))
     except Exception:  # the parser raises assorted types on non-exposition text
         return False
     return n > 1
@@ -318,7 +326,7 @@ def _blocks(text: str, source: str) -> list[tuple[int, datetime | None, str]]:
 
 def _parse_block(block: str, source: str, first_line: int) -> list[_Sample]:
     try:
-        families = list(text_string_to_metric_families(block))
+        families = list(_families(block))
     except Exception:  # the library raises bare ValueError/IndexError on bad text
         lines = block.splitlines()
         bad = _first_bad_line(lines)
@@ -338,7 +346,7 @@ def _parse_block(block: str, source: str, first_line: int) -> list[_Sample]:
 
 def _parses(text: str) -> bool:
     try:
-        for _ in text_string_to_metric_families(text):
+        for _ in _families(text):
             pass
     except Exception:
         return False

@@ -59,6 +59,7 @@ CONVERTERS: dict[str, Callable[[str], FieldValue]] = {
 }
 
 # Nested unbounded quantifiers such as (a+)+ or (.*)* backtrack catastrophically.
+_GROUP_NAME = _re.compile(r"\(\?P<([A-Za-z_]\w*)>")
 _NESTED_QUANTIFIER = _re.compile(r"\((?:[^()\\]|\\.)*[+*](?:\?)?\)[+*{]")
 
 
@@ -78,7 +79,6 @@ class Signature:
     description: str
     prefilter: tuple[str, ...]
     pattern: str
-    regex: regex.Pattern[str]
     fields: Mapping[str, str]
     constants: Mapping[str, FieldValue]
     overlaps: tuple[str, ...]
@@ -96,6 +96,10 @@ class Signature:
             out[name] = None if raw is None else CONVERTERS[typ](raw)
         return out
 
+    @property
+    def regex(self) -> regex.Pattern[str]:
+        return _compiled(self.pattern)
+
     def finditer(self, text: str) -> Iterable[Match[str]]:
         if self.builtin:
             return self.regex.finditer(text)
@@ -106,6 +110,13 @@ class Signature:
 
     def prefilter_hit(self, text: str) -> bool:
         return any(lit in text for lit in self.prefilter)
+
+
+@cache
+def _compiled(pattern: str) -> regex.Pattern[str]:
+    # Built-in patterns compile on first use: a small log touches a handful of the
+    # ~100 signatures, and compiling all of them would double the start-up time.
+    return regex.compile(pattern)
 
 
 def builtin_dir() -> Path:
@@ -178,7 +189,6 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
         description=str(raw.get("description", "")).strip(),
         prefilter=tuple(prefilter),
         pattern=pattern,
-        regex=compiled,
         fields=fields,
         constants=dict(raw.get("set", {})),
         overlaps=tuple(raw.get("overlaps", [])),

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 
-from dateutil import parser as du_parser
-
 _MONTHS = {
     m: i
     for i, m in enumerate(
@@ -56,6 +54,8 @@ def _offset(text: str) -> timezone | None:
 
 def parse_any(text: str) -> datetime | None:
     """Fallback for RFC 1123 (`Mon, 15 Jan 2024 14:22:01 +0000`), dmesg -T, etc."""
+    from dateutil import parser as du_parser  # ~15 ms to import; rare formats only
+
     try:
         dt = du_parser.parse(text)
     except (ValueError, OverflowError):
