@@ -94,19 +94,23 @@ def _thrash(
     shown_current = current if current is not None else default
     arithmetic: list[str] = []
     # A single request can fill the pool: capping concurrency cannot help.
-    if (
-        engine == "vllm"
-        and facts.max_concurrency is not None
+    cur_len = facts.knob_int("max_model_len") or facts.concurrency_len
+    low_conc = (
+        facts.max_concurrency is not None
         and facts.max_concurrency < thr.single_request_concurrency
-        and facts.kv_tokens
-    ):
+    )
+    len_fills = bool(cur_len and facts.kv_tokens and cur_len >= facts.kv_tokens)
+    if engine == "vllm" and facts.kv_tokens and (low_conc or len_fills):
         target_conc = 2
         proposed_len = facts.kv_tokens // target_conc
-        cur_len = facts.knob_int("max_model_len") or facts.concurrency_len
-        arithmetic = [
+        tell = (
             f"Maximum concurrency at {cur_len or '?'} tokens per request = "
-            f"{facts.max_concurrency:.2f}x < {thr.single_request_concurrency:g}x: one long "
-            "request can fill the KV pool",
+            f"{facts.max_concurrency:.2f}x < {thr.single_request_concurrency:g}x"
+            if low_conc and facts.max_concurrency is not None
+            else f"max_model_len {cur_len:,} >= KV tokens {facts.kv_tokens:,}"
+        )
+        arithmetic = [
+            f"{tell}: one long request can fill the KV pool",
             f"--max-model-len = floor(KV tokens {facts.kv_tokens:,} / {target_conc} concurrent "
             f"full-length requests) = {proposed_len:,}",
         ]

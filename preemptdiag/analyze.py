@@ -21,7 +21,7 @@ from preemptdiag.errors import DiagError
 from preemptdiag.events import TimeContext, build_events, detect_engine
 from preemptdiag.knobs import read_facts
 from preemptdiag.prefilter import split_ranges
-from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes
+from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
 from preemptdiag.records import Class, Event, Hit, Kind, Report, ScanStats, Verdict, Window
 from preemptdiag.redact import Redactor
 from preemptdiag.rules import classify, preemption_visibility, verdict
@@ -187,6 +187,24 @@ def _attach_system_sources(events: list[Event], notes: list[str]) -> list[Event]
     return [replace(e, replica=target) if e.replica in system_sources else e for e in events]
 
 
+def _scrape_note(summary: dict[str, object]) -> str:
+    def num(key: str, fmt: str) -> str:
+        v = summary.get(key)
+        return format(v, fmt) if isinstance(v, int | float) else "?"
+
+    parts = [f"/metrics: {summary.get('scrapes')} scrape(s) over {num('span_seconds', '.0f')} s"]
+    if summary.get("preemptions") is not None:
+        parts.append(f"preemptions +{num('preemptions', '.0f')} "
+                     f"({num('preemptions_per_min', '.1f')}/min)")
+    if summary.get("completed") is not None:
+        parts.append(f"completed +{num('completed', '.0f')}")
+    if summary.get("e2e_p95_last") is not None:
+        parts.append(f"e2e p95 since start {num('e2e_p95_last', '.1f')} s")
+    if summary.get("counter_reset"):
+        parts.append("counter reset (restart) between scrapes")
+    return ", ".join(parts)
+
+
 def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...]:
     return tuple(replace(e, text=redactor(e.text)) for e in evs)
 
@@ -216,6 +234,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         # One counter series across all scrape files: deltas run from file to file.
         scrapes = [sc for p in proms for sc in parse_scrapes(_read_text(p), p.name, p.mtime)]
         events.extend(_scrape_events(scrapes, replicas[0]))
+        notes.append(_scrape_note(summarize(scrapes)))
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
     if opts.since or opts.until:
         events = [
