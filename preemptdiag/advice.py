@@ -96,8 +96,7 @@ def _thrash(
     # A single request can fill the pool: capping concurrency cannot help.
     cur_len = facts.knob_int("max_model_len") or facts.concurrency_len
     low_conc = (
-        facts.max_concurrency is not None
-        and facts.max_concurrency < thr.single_request_concurrency
+        facts.max_concurrency is not None and facts.max_concurrency < thr.single_request_concurrency
     )
     len_fills = bool(cur_len and facts.kv_tokens and cur_len >= facts.kv_tokens)
     if engine == "vllm" and facts.kv_tokens and (low_conc or len_fills):

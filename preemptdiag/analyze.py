@@ -194,8 +194,9 @@ def _scrape_note(summary: dict[str, object]) -> str:
 
     parts = [f"/metrics: {summary.get('scrapes')} scrape(s) over {num('span_seconds', '.0f')} s"]
     if summary.get("preemptions") is not None:
-        parts.append(f"preemptions +{num('preemptions', '.0f')} "
-                     f"({num('preemptions_per_min', '.1f')}/min)")
+        parts.append(
+            f"preemptions +{num('preemptions', '.0f')} ({num('preemptions_per_min', '.1f')}/min)"
+        )
     if summary.get("completed") is not None:
         parts.append(f"completed +{num('completed', '.0f')}")
     if summary.get("e2e_p95_last") is not None:

@@ -32,6 +32,7 @@ def _families(text: str) -> Iterable[Any]:
 
     return text_string_to_metric_families(text)
 
+
 # (quantity, how label sets combine, candidate names in order of preference, scale).
 # The first candidate present wins, so a build exposing both a deprecated and its
 # replacement name (vLLM ~v0.9.2-v0.11 has gpu_ and kv_cache_usage_perc) is not

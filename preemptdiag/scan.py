@@ -11,11 +11,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-try:
-    from ahocorasick_rs import AhoCorasick, MatchKind
-except ImportError:  # pragma: no cover - the pure-Python prefilter path is used instead
-    pass
-
 from preemptdiag.lines import (
     engine_ts_before,
     normalise,
@@ -28,6 +23,9 @@ from preemptdiag.prefilter import HAVE_AHOCORASICK, LineFinder, iter_blocks, num
 from preemptdiag.records import Hit
 from preemptdiag.signatures import Signature
 from preemptdiag.sources import Source, open_binary, was_truncated
+
+if HAVE_AHOCORASICK:
+    from ahocorasick_rs import AhoCorasick, MatchKind
 
 # Longer lines are cut: a 50 MB single "line" is a paste accident, not one record.
 MAX_LINE_BYTES = 1 << 20
@@ -93,9 +91,12 @@ class Matcher:
         if self._ac is None:
             head = raw if before is None else raw[: before + self._longest]
             return [
-                s for s in self.sigs
-                if any(0 <= head.find(lit) < (before if before is not None else len(raw))
-                       for lit in s.prefilter)
+                s
+                for s in self.sigs
+                if any(
+                    0 <= head.find(lit) < (before if before is not None else len(raw))
+                    for lit in s.prefilter
+                )
             ]
         # Only the head of the line can hold evidence: search just that part.
         head = raw if before is None else raw[: before + self._longest]

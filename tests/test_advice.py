@@ -154,7 +154,8 @@ def test_no_change_classes_still_say_how_to_verify() -> None:
 
 def test_max_model_len_at_least_the_pool_means_max_model_len() -> None:
     facts = Facts(knobs={"max_model_len": "131072"}, kv_tokens=86_432, max_concurrency=None)
-    lever = choose_lever(verdict(Class.THRASH_LOOP), [thrash_window(99.0, 2)], [], facts, V0,
-                         Thresholds())
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 2)], [], facts, V0, Thresholds()
+    )
     assert (lever.knob, lever.current, lever.proposed) == ("--max-model-len", "131072", "43216")
     assert lever.arithmetic[0].startswith("max_model_len 131,072 >= KV tokens 86,432")

@@ -26,7 +26,8 @@ def test_builtin_signatures_are_the_repository_ones() -> None:
 def test_console_script_runs_from_an_unrelated_directory(tmp_path: Path) -> None:
     exe = shutil.which("preemptdiag", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "preemptdiag"]
-    r = subprocess.run([*cmd, "signatures", "list"], cwd=tmp_path, capture_output=True,
-                       text=True, check=False)
+    r = subprocess.run(
+        [*cmd, "signatures", "list"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert "vllm.v0.preemption" in r.stdout
