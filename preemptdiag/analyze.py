@@ -22,7 +22,17 @@ from preemptdiag.events import TimeContext, build_events, detect_engine
 from preemptdiag.knobs import read_facts
 from preemptdiag.prefilter import split_ranges
 from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
-from preemptdiag.records import Class, Event, Hit, Kind, Report, ScanStats, Verdict, Window
+from preemptdiag.records import (
+    Class,
+    Event,
+    FieldValue,
+    Hit,
+    Kind,
+    Report,
+    ScanStats,
+    Verdict,
+    Window,
+)
 from preemptdiag.redact import Redactor
 from preemptdiag.rules import classify, preemption_visibility, verdict
 from preemptdiag.scan import Matcher, ScanResult, scan_fast
@@ -107,6 +117,28 @@ def scan_sources(
     return results
 
 
+def _scrape_event(
+    s: Scrape,
+    replica: str,
+    sig: str,
+    kind: Kind,
+    fields: dict[str, FieldValue],
+    text: str,
+    preemptions: int = 0,
+) -> Event:
+    return Event(
+        source=s.source,
+        line=1,
+        sig=sig,
+        kind=kind,
+        ts=s.ts,
+        fields=fields,
+        text=text,
+        replica=replica,
+        preemptions=preemptions,
+    )
+
+
 def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
     """Scrapes become events on the log's timeline: gauges as stats, counter as a
     cumulative preemption count (its deltas are spread like V0's sampled counter)."""
@@ -114,36 +146,32 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
     prev: float | None = None
     for i, s in enumerate(sorted(scrapes, key=lambda s: (s.ts is None, s.ts or _EPOCH))):
         v = s.values
-        fields = {
+        gauges: dict[str, FieldValue] = {
             "kv_usage": v.get("kv_usage_perc"),
             "running": int(v["running"]) if "running" in v else None,
             "waiting": int(v["waiting"]) if "waiting" in v else None,
             "engine": s.engine,
         }
         out.append(
-            Event(
-                source=s.source,
-                line=1,
-                sig="prometheus.gauges",
-                kind=Kind.STATS,
-                ts=s.ts,
-                fields=fields,
-                text=f"/metrics scrape {s.source} (gauges)",
-                replica=replica,
+            _scrape_event(
+                s,
+                replica,
+                "prometheus.gauges",
+                Kind.STATS,
+                gauges,
+                f"/metrics scrape {s.source} (gauges)",
             )
         )
         done = v.get("request_success_total")
         if done is not None:
             out.append(
-                Event(
-                    source=s.source,
-                    line=1,
-                    sig="prometheus.request_success_total",
-                    kind=Kind.CONTEXT,
-                    ts=s.ts,
-                    fields={"value": done},
-                    text=f"vllm:request_success_total = {done:g}",
-                    replica=replica,
+                _scrape_event(
+                    s,
+                    replica,
+                    "prometheus.request_success_total",
+                    Kind.CONTEXT,
+                    {"value": done},
+                    f"vllm:request_success_total = {done:g}",
                 )
             )
         total = v.get("preemptions_total")
@@ -151,18 +179,16 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
             continue
         delta = 0.0 if prev is None else (total - prev if total >= prev else total)
         prev = total
+        name = "vllm:num_preemptions_total" if s.engine != "sglang" else "retractions"
         out.append(
-            Event(
-                source=s.source,
-                line=1,
-                sig="prometheus.num_preemptions_total",
-                kind=Kind.PREEMPTION,
-                ts=s.ts,
-                fields={"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
-                text=f"{'vllm:num_preemptions_total' if s.engine != 'sglang' else 'retractions'}"
-                f" = {total:g} (scrape {i + 1})",
-                replica=replica,
-                preemptions=round(delta),
+            _scrape_event(
+                s,
+                replica,
+                "prometheus.num_preemptions_total",
+                Kind.PREEMPTION,
+                {"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
+                f"{name} = {total:g} (scrape {i + 1})",
+                round(delta),
             )
         )
     return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from builders import make_window
+
 from preemptdiag.advice import choose_lever
 from preemptdiag.config import Thresholds
 from preemptdiag.knobs import Facts
@@ -26,32 +28,15 @@ def verdict(cls: Class, evidence: tuple[Event, ...] = ()) -> Verdict:
 
 
 def thrash_window(kv: float, running: int) -> Window:
-    return Window(
-        replica="a",
-        start=T0,
-        end=T0,
-        n_events=1,
-        n_stats=1,
+    return make_window(
+        0,
         preemptions=10.0,
-        preemptions_lower_bound=False,
-        max_cumulative=None,
         kv_max=kv,
         kv_mean=kv,
         running_max=running,
         running_mean=float(running),
-        waiting_first=0,
         waiting_last=9,
         waiting_max=9,
-        swapped_first=0,
-        swapped_last=0,
-        swapped_max=0,
-        prompt_tput=1.0,
-        gen_tput=1.0,
-        alloc_failures=0,
-        host_ooms=0,
-        engine_deaths=0,
-        swap_warnings=0,
-        evidence=(),
         cls=Class.THRASH_LOOP,
         kv_peak_running=running,
     )

@@ -3,49 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+
+from builders import T0, make_window
 
 from preemptdiag.config import Thresholds
 from preemptdiag.records import Class, Confidence, Event, Kind, Window
 from preemptdiag.rules import Visibility, classify, verdict
 
-T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 THR = Thresholds()
 SEEING = Visibility(False, None, "V0 logs preemptions")
 BLIND = Visibility(True, "two /metrics scrapes", "V1 before 0.11.1 logs no preemption line")
 
 
 def win(i: int, **kw: object) -> Window:
-    base = dict(
-        replica="a.log",
-        start=T0 + timedelta(minutes=i),
-        end=T0 + timedelta(minutes=i + 1),
-        n_events=12,
-        n_stats=12,
-        preemptions=0.0,
-        preemptions_lower_bound=False,
-        max_cumulative=None,
-        kv_max=50.0,
-        kv_mean=45.0,
-        running_max=20,
-        running_mean=18.0,
-        waiting_first=0,
-        waiting_last=0,
-        waiting_max=0,
-        swapped_first=0,
-        swapped_last=0,
-        swapped_max=0,
-        prompt_tput=100.0,
-        gen_tput=500.0,
-        alloc_failures=0,
-        host_ooms=0,
-        engine_deaths=0,
-        swap_warnings=0,
-        evidence=(),
-        waiting_share=0.0,
-    )
-    base.update(kw)
-    return Window(**base)  # type: ignore[arg-type]
+    return make_window(i, **kw)
 
 
 def classes(ws: list[Window], vis: Visibility = SEEING) -> list[str]:

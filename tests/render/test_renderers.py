@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import make_window
 
 from preemptdiag.records import (
     Class,
@@ -47,36 +48,13 @@ def ev(line: int, text: str, *, kind: Kind = Kind.PREEMPTION, minute: int = 1) -
 
 def win(i: int, cls: Class = Class.HEALTHY, **kw: Any) -> Window:
     base: dict[str, Any] = dict(
-        replica="vllm.log",
-        start=T0 + timedelta(minutes=i),
-        end=T0 + timedelta(minutes=i + 1),
-        n_events=6,
-        n_stats=6,
-        preemptions=0.0,
-        preemptions_lower_bound=False,
-        max_cumulative=None,
-        kv_max=40.0,
-        kv_mean=35.0,
-        running_max=12,
-        running_mean=10.0,
-        waiting_first=0,
-        waiting_last=0,
-        waiting_max=0,
-        swapped_first=None,
-        swapped_last=None,
-        swapped_max=None,
-        prompt_tput=800.0,
-        gen_tput=450.5,
-        alloc_failures=0,
-        host_ooms=0,
-        engine_deaths=0,
-        swap_warnings=0,
-        evidence=(),
-        cls=cls,
-        confidence=Confidence.HIGH,
-    )
+        replica="vllm.log", n_events=6, n_stats=6, kv_max=40.0, kv_mean=35.0, running_max=12,
+        running_mean=10.0, swapped_first=None, swapped_last=None, swapped_max=None,
+        prompt_tput=800.0, gen_tput=450.5, cls=cls, confidence=Confidence.HIGH,
+        waiting_share=None, start=T0 + timedelta(minutes=i), end=T0 + timedelta(minutes=i + 1),
+    )  # fmt: skip
     base.update(kw)
-    return Window(**base)
+    return make_window(i, **base)
 
 
 PREEMPT_TEXT = (
