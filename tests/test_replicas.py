@@ -1,0 +1,68 @@
+"""Several replicas on one timeline: per-replica windows, who failed first, time filters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preemptdiag.cli import main
+
+STATS = (
+    "INFO 03-02 11:{m:02d}:{s:02d} metrics.py:351] Avg prompt throughput: 2500.0 tokens/s, "
+    "Avg generation throughput: 400.0 tokens/s, Running: 50 reqs, Swapped: 0 reqs, "
+    "Pending: {p} reqs, GPU KV cache usage: 99.5%, CPU KV cache usage: 0.0%."
+)
+WARN = (
+    "WARNING 03-02 11:{m:02d}:{s:02d} scheduler.py:1560] Sequence group g{n} is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
+    "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
+    "provide more KV cache memory. total_num_cumulative_preemption={n}"
+)
+
+
+def thrashing_replica(path: Path, first_minute: int) -> None:
+    lines = []
+    for k, m in enumerate(range(first_minute, first_minute + 4)):
+        lines.append(WARN.format(m=m, s=1, n=1 + 50 * k))
+        lines += [STATS.format(m=m, s=s, p=10 * k + s // 10) for s in range(5, 60, 10)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_first_replica_to_fail_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    a, b = tmp_path / "replica-a.log", tmp_path / "replica-b.log"
+    thrashing_replica(a, first_minute=10)
+    thrashing_replica(b, first_minute=5)
+    code = main(["analyze", "--year", "2025", "-f", "json", str(a), str(b)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert report["verdict"]["class"] == "thrash_loop"
+    assert report["verdict"]["replica"] == str(b)
+    assert {w["replica"] for w in report["windows"]} == {str(a), str(b)}
+    assert f"first replica to fail: {b}; order: {b} (thrash_loop at 11:05:00), then {a}" in (
+        " ".join(report["notes"])
+    )
+
+
+def test_since_and_until_cut_the_timeline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    p = tmp_path / "r.log"
+    thrashing_replica(p, first_minute=10)
+    main(
+        [
+            "analyze",
+            "--year",
+            "2025",
+            "-f",
+            "json",
+            "--since",
+            "2025-03-02T11:11:00Z",
+            "--until",
+            "2025-03-02T11:13:00Z",
+            str(p),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert [w["start"][11:16] for w in report["windows"]] == ["11:11", "11:12"]
