@@ -335,7 +335,7 @@ def _host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | 
     cause = consequence = why = None
     if kills:
         k = next((e for e in kills if e.fields.get("subtype") == "kernel_kill"), kills[0])
-        proc = k.fields.get("process")
+        proc = k.fields.get("process") or k.fields.get("unit")
         pid = k.fields.get("pid")
         rss = k.fields.get("anon_rss_kb")
         when = f" at {k.ts:%H:%M:%S}" if k.ts else ""
