@@ -205,3 +205,23 @@ def test_budget_from_log(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "116,512" in out
     assert "sustainable concurrency     52" in out
+
+
+class _TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_for_long_inputs_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from preemptdiag.cli import _progress_factory
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert _progress_factory(True) is None  # stderr is not a terminal: silent
+    monkeypatch.setattr(sys, "stderr", _TTY())
+    assert _progress_factory(False) is None  # --quiet
+    factory = _progress_factory(True)
+    assert factory is not None
+    assert factory(1 << 20) is None  # small inputs get no bar
+    advance = factory(64 << 20)
+    assert callable(advance)
+    advance(64 << 20)  # completes and stops the bar without raising
