@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from preemptdiag.records import Window
+from preemptdiag.records import Event, Kind, Window
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -27,3 +27,12 @@ def make_window(minute: int, **overrides: Any) -> Window:
         **overrides,
     }
     return Window(**fields)
+
+
+def make_event(
+    kind: Kind, fields: dict[str, Any], minute: int = 0, source: str = "a", sig: str = "s"
+) -> Event:
+    return Event(
+        source=source, line=minute + 1, sig=sig, kind=kind,
+        ts=T0 + timedelta(minutes=minute), fields=fields, text=str(fields.get("subtype", "")),
+    )  # fmt: skip

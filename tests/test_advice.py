@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from builders import make_window
+from builders import make_event, make_window
 
 from preemptdiag.advice import choose_lever
 from preemptdiag.config import Thresholds
@@ -70,15 +70,7 @@ def test_demand_above_the_cap_falls_back_to_halving() -> None:
 
 
 def test_runtime_cuda_oom_at_default_utilisation_halves_batched_tokens() -> None:
-    oom = Event(
-        source="a",
-        line=1,
-        sig="any.torch.cuda_oom",
-        kind=Kind.ALLOC_FAILURE,
-        ts=T0,
-        fields={"subtype": "cuda_oom", "phase": "runtime"},
-        text="",
-    )
+    oom = make_event(Kind.ALLOC_FAILURE, {"subtype": "cuda_oom", "phase": "runtime"})
     facts = Facts(knobs={"gpu_memory_utilization": "0.9", "max_num_batched_tokens": "16384"})
     lever = choose_lever(
         verdict(Class.ALLOCATION_FAILURE, (oom,)), [], [oom], facts, V0, Thresholds()
@@ -91,14 +83,8 @@ def test_runtime_cuda_oom_at_default_utilisation_halves_batched_tokens() -> None
 
 
 def test_sglang_weights_leave_no_kv_raises_mem_fraction() -> None:
-    ev = Event(
-        source="a",
-        line=1,
-        sig="sglang.alloc.weights_leave_no_kv",
-        kind=Kind.ALLOC_FAILURE,
-        ts=T0,
-        fields={"subtype": "weights_leave_no_kv", "mem_fraction_static": 0.88},
-        text="",
+    ev = make_event(
+        Kind.ALLOC_FAILURE, {"subtype": "weights_leave_no_kv", "mem_fraction_static": 0.88}
     )
     lever = choose_lever(
         verdict(Class.ALLOCATION_FAILURE, (ev,)),
@@ -112,15 +98,7 @@ def test_sglang_weights_leave_no_kv_raises_mem_fraction() -> None:
 
 
 def test_swap_warning_host_pressure_lowers_swap_space() -> None:
-    ev = Event(
-        source="a",
-        line=1,
-        sig="vllm.swap_space.possibly_too_large",
-        kind=Kind.SWAP_WARNING,
-        ts=T0,
-        fields={"swap_gib": 4.0, "total_gib": 7.74, "severity": "warning"},
-        text="",
-    )
+    ev = make_event(Kind.SWAP_WARNING, {"swap_gib": 4.0, "total_gib": 7.74, "severity": "warning"})
     lever = choose_lever(verdict(Class.HOST_PRESSURE), [], [ev], Facts(), V0, Thresholds())
     assert (lever.knob, lever.current, lever.proposed) == ("--swap-space", "4", "1")
 

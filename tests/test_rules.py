@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
 
-from builders import T0, make_window
+from builders import make_event, make_window
 
 from preemptdiag.config import Thresholds
 from preemptdiag.records import Class, Confidence, Event, Kind, Window
@@ -83,15 +82,7 @@ def test_nothing_running_and_empty_kv_is_a_stall_not_queueing() -> None:
 
 
 def _ev(kind: Kind, minute: int, subtype: str, src: str = "x.log") -> Event:
-    return Event(
-        source=src,
-        line=minute + 1,
-        sig="s",
-        kind=kind,
-        ts=T0 + timedelta(minutes=minute),
-        fields={"subtype": subtype},
-        text=subtype,
-    )
+    return make_event(kind, {"subtype": subtype}, minute, source=src)
 
 
 def test_kernel_kill_before_cuda_oom_is_host_pressure_as_cause() -> None:
