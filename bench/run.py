@@ -6,8 +6,9 @@
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
 runs; each is read once before timing so every tool meets a warm page cache.
 
-Rows, per size:
-- `grep -E -c`: GNU grep, LC_ALL=C, the alternation of the same literal set.
+Rows:
+- start-up: `preemptdiag --help`, and `analyze` of samples/v0_thrash_loop.log (4 KiB).
+- per size: `grep -E -c`: GNU grep, LC_ALL=C, the alternation of the same literal set.
 - `analyze`: `python -m preemptdiag analyze FILE --format json --jobs N`, end to end.
   When the command fails (the CLI still being built), the row says so.
 - `scan (ENGINE)`: the prefilter alone (iter_blocks + LineFinder + number_lines, over
@@ -15,12 +16,13 @@ Rows, per size:
   engine `analyze` uses (the fastest installed); `--engines` times others too. The
   pure-Python engine ("python") is slow on large literal sets and runs once.
 
-Seconds are the best of `--repeat` runs (this box is shared; the best is the least
-disturbed). MB/s uses 10^6 bytes. Peak RSS is the largest single process (the child
-or one of its workers: ru_maxrss via GNU time's %M; without /usr/bin/time, wait4's
-figure, which also counts this script's own RSS at the fork, so an upper bound).
-"x grep" is seconds / grep's seconds.
-The scan rows also check that the candidate-line count equals grep's count.
+Seconds are the best of `--repeat` rounds in which the commands take turns (this box
+is shared and its speed drifts by up to 2x within a minute; interleaving exposes every
+tool to the same drift, and the best run is the least disturbed). MB/s uses 10^6
+bytes. Peak RSS is the largest single process (the child or one of its workers:
+ru_maxrss via GNU time's %M; without /usr/bin/time, wait4's figure, which also counts
+this script's own RSS at the fork, so an upper bound). "x grep" is seconds / grep's
+seconds. The scan rows also check that the candidate-line count equals grep's count.
 """
 
 from __future__ import annotations
@@ -159,9 +161,32 @@ def timed(cmd: Sequence[str], env: dict[str, str] | None = None) -> Run:
         )
 
 
-def best(cmd: Sequence[str], repeat: int, env: dict[str, str] | None = None) -> Run:
-    runs = [timed(cmd, env) for _ in range(repeat)]
-    return min(runs, key=lambda r: r.seconds)
+def best_interleaved(cmds: Sequence[Timed], repeat: int) -> list[Run]:
+    """Best run of each command over `repeat` rounds, the commands taking turns, so
+    a noisy minute on a shared box hits every tool alike."""
+    found: list[Run | None] = [None] * len(cmds)
+    for round_no in range(repeat):
+        for i, c in enumerate(cmds):
+            if round_no >= c.rounds:
+                continue
+            r = timed(c.cmd, c.env)
+            prev = found[i]
+            if (
+                prev is None
+                or (r.rc == prev.rc and r.seconds < prev.seconds)
+                or prev.rc not in (0, 1)
+            ):
+                found[i] = r
+    return [r for r in found if r is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    tool: str
+    jobs: int
+    cmd: list[str]
+    env: dict[str, str]
+    rounds: int = 99
 
 
 def scan_only(path: str, jobs: int, engine: str, literals: list[str]) -> None:
@@ -190,9 +215,9 @@ def _scan_part(arg: tuple[str, tuple[int, int], str, list[str]]) -> tuple[int, i
     n_cand = 0
     next_line = 1
     with open(path, "rb", buffering=0) as f:
-        for block, _ in iter_blocks(f, byte_range=rng):
-            spans = finder.candidate_lines(block)
-            _, newlines = number_lines(block, spans, next_line)
+        for block, size, _ in iter_blocks(f, byte_range=rng):
+            spans = finder.candidate_lines(block, size)
+            _, newlines = number_lines(block, spans, next_line, size)
             next_line += newlines
             n_cand += len(spans)
     return n_cand, next_line - 1
@@ -232,50 +257,27 @@ def main(argv: list[str] | None = None) -> int:
     engines = args.engines.split(",") if args.engines else available_engines()[:1]
 
     rows: list[tuple[str, str, str, float, float, float, str]] = []
+    py = [sys.executable, "-m", "preemptdiag"]
+    sample = REPO / "samples" / "v0_thrash_loop.log"
+    startup = [
+        Timed("--help", 1, [*py, "--help"], env),
+        Timed(f"analyze {sample.name}", 1, [*py, "analyze", str(sample), "--format", "json"], env),
+    ]
+    for c, r in zip(startup, best_interleaved(startup, max(args.repeat, 5)), strict=True):
+        rows.append(("start-up", c.tool, "1", r.seconds, float("nan"), r.rss_mib, "-"))
     for size_text in args.sizes.split(","):
         size = parse_size(size_text)
         path = ensure_file(args.dir, size)
         real = path.stat().st_size
         label = _fmt_size(size)
-        grep_s: float | None = None
-        grep_count: int | None = None
+        cmds: list[Timed] = []
         if grep:
-            r = best([grep, "-E", "-c", ere(literals), str(path)], args.repeat, env)
-            grep_s, grep_count = r.seconds, int(r.stdout.strip() or 0)
-            rows.append(
-                (label, "grep -E -c", "1", r.seconds, real / 1e6 / r.seconds, r.rss_mib, "1.00")
-            )
+            cmds.append(Timed("grep -E -c", 1, [grep, "-E", "-c", ere(literals), str(path)], env))
         for jobs in jobs_list:
-            cmd = [
-                sys.executable,
-                "-m",
-                "preemptdiag",
-                "analyze",
-                str(path),
-                "--format",
-                "json",
-                "--jobs",
-                str(jobs),
-            ]
-            r = best(cmd, args.repeat, env)
-            if r.rc in (0, 1):
-                ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
-                rows.append(
-                    (
-                        label,
-                        "analyze",
-                        str(jobs),
-                        r.seconds,
-                        real / 1e6 / r.seconds,
-                        r.rss_mib,
-                        ratio,
-                    )
-                )
-            else:
-                why = (r.stderr.strip().splitlines() or ["no output"])[0][:120]
-                notes.append(f"analyze: not available ({label}, --jobs {jobs}: exit {r.rc}: {why})")
+            analyze = [*py, "analyze", str(path), "--format", "json", "--jobs", str(jobs)]
+            cmds.append(Timed("analyze", jobs, analyze, env))
             for engine in engines:
-                cmd = [
+                scan = [
                     sys.executable,
                     str(HERE / "run.py"),
                     "--scan-only",
@@ -287,35 +289,43 @@ def main(argv: list[str] | None = None) -> int:
                     "--literals",
                     json.dumps(literals),
                 ]
-                r = best(cmd, 1 if engine == "python" else args.repeat, env)
+                cmds.append(
+                    Timed(f"scan ({engine})", jobs, scan, env, 1 if engine == "python" else 99)
+                )
+        runs = best_interleaved(cmds, args.repeat)
+        grep_s: float | None = None
+        grep_count: int | None = None
+        if grep:
+            grep_s, grep_count = runs[0].seconds, int(runs[0].stdout.strip() or 0)
+        for c, r in zip(cmds, runs, strict=True):
+            ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
+            if c.tool.startswith("scan"):
                 if r.rc != 0:
-                    notes.append(f"scan ({engine}) failed: {r.stderr.strip()[-300:]}")
+                    notes.append(f"{c.tool} failed: {r.stderr.strip()[-300:]}")
                     continue
                 got = json.loads(r.stdout)["candidates"]
                 if grep_count is not None and got != grep_count:
                     notes.append(
-                        f"MISMATCH {label} scan ({engine}) jobs {jobs}: "
+                        f"MISMATCH {label} {c.tool} jobs {c.jobs}: "
                         f"{got} candidate lines, grep counted {grep_count}"
                     )
-                ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
-                rows.append(
-                    (
-                        label,
-                        f"scan ({engine})",
-                        str(jobs),
-                        r.seconds,
-                        real / 1e6 / r.seconds,
-                        r.rss_mib,
-                        ratio,
-                    )
+            elif c.tool == "analyze" and r.rc not in (0, 1):
+                why = (r.stderr.strip().splitlines() or ["no output"])[0][:120]
+                notes.append(
+                    f"analyze: not available ({label}, --jobs {c.jobs}: exit {r.rc}: {why})"
                 )
+                continue
+            rows.append(
+                (label, c.tool, str(c.jobs), r.seconds, real / 1e6 / r.seconds, r.rss_mib, ratio)
+            )
         if grep_count is not None:
             notes.append(f"{label}: {grep_count} candidate lines of {real} bytes")
 
     print("| size | tool | jobs | seconds | MB/s | peak RSS MiB | x grep |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for label, tool, jobs_s, sec, mbs, rss, ratio in rows:
-        print(f"| {label} | {tool} | {jobs_s} | {sec:.2f} | {mbs:.0f} | {rss:.0f} | {ratio} |")
+        speed = "-" if mbs != mbs else f"{mbs:.0f}"  # NaN: start-up rows have no size
+        print(f"| {label} | {tool} | {jobs_s} | {sec:.2f} | {speed} | {rss:.0f} | {ratio} |")
     print()
     for note in notes:
         print(f"- {note}")

@@ -6,12 +6,15 @@ every format agrees on it.
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from preemptdiag import __version__
@@ -20,7 +23,7 @@ from preemptdiag.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.errors import DiagError
 from preemptdiag.events import TimeContext, build_events, detect_engine
 from preemptdiag.knobs import read_facts
-from preemptdiag.prefilter import split_ranges
+from preemptdiag.parallel import can_split, scan_parallel
 from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
 from preemptdiag.records import (
     Class,
@@ -41,9 +44,6 @@ from preemptdiag.sources import Source, open_source
 from preemptdiag.windows import build_windows
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-# Files smaller than this are not worth a process pool.
-PARALLEL_MIN_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,50 +71,29 @@ class Outcome:
 ProgressFactory = Callable[[int], Callable[[int], None]]
 
 
-def _scan_range(args: tuple[Source, tuple[Signature, ...], tuple[int, int]]) -> ScanResult:
-    src, sigs, rng = args
-    return scan_fast(src, Matcher(sigs), byte_range=rng)
-
-
-def _scan_parallel(src: Source, sigs: tuple[Signature, ...], jobs: int) -> ScanResult:
-    assert src.path is not None
-    ranges = split_ranges(src.path, jobs)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        parts = list(pool.map(_scan_range, [(src, sigs, r) for r in ranges]))
-    merged = ScanResult(source=src.name)
-    offset = 0
-    for part in parts:
-        merged.hits.extend(replace(h, line=h.line + offset) for h in part.hits)
-        offset += part.lines_read
-        merged.lines_read += part.lines_read
-        merged.bytes_read += part.bytes_read
-        merged.skipped.update(part.skipped)
-        merged.recognised.update(part.recognised)
-    return merged
-
-
 def scan_sources(
     sources: Sequence[Source],
     sigs: tuple[Signature, ...],
     jobs: int,
     progress: ProgressFactory | None = None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> list[ScanResult]:
+    """Scan every source; big files split over `jobs` processes, which run
+    `while_waiting` (once) in the parent while they work."""
     matcher = Matcher(sigs)
     results = []
     for src in sources:
-        parallel = (
-            jobs > 1
-            and src.path is not None
-            and not src.gz
-            and not src.cr_only
-            and (src.size or 0) >= PARALLEL_MIN_BYTES
-        )
-        if parallel:
-            results.append(_scan_parallel(src, sigs, jobs))
+        start = partial(progress, src.size) if progress and src.size else None
+        if can_split(src, jobs):
+            results.append(scan_parallel(src, matcher, jobs, start, while_waiting))
+            while_waiting = None
         else:
-            cb = progress(src.size or 0) if progress and src.size else None
-            results.append(scan_fast(src, matcher, progress=cb))
+            results.append(scan_fast(src, matcher, progress=start() if start else None))
     return results
+
+
+def _import_polars() -> None:
+    importlib.import_module("polars")
 
 
 def _scrape_event(
@@ -240,6 +219,27 @@ def _redact_window(w: Window, redactor: Redactor) -> Window:
     return replace(w, evidence=_redact_events(w.evidence, redactor))
 
 
+@contextmanager
+def _preloading(module: str) -> Iterator[None]:
+    """Import `module` in a background thread while the block runs.
+
+    The scan spends most of its time in Hyperscan and file reads, which release
+    the GIL, so polars' ~0.2 s import overlaps it instead of following it. The
+    thread is joined before leaving, so no import is cut short at exit.
+    """
+
+    def load_quietly() -> None:
+        with suppress(ImportError):  # the real import reports it
+            importlib.import_module(module)
+
+    thread = threading.Thread(target=load_quietly, name=f"preload-{module}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
 def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
     if not opts.files:
         raise DiagError("no input files (pass one or more logs, or - for stdin)")
@@ -247,7 +247,13 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     sources = [open_source(f) for f in opts.files]
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
-    results = scan_sources(logs, sigs, opts.jobs, progress)
+    if any(can_split(s, opts.jobs) for s in logs):
+        # Workers scan; the idle parent imports polars meanwhile (no thread may
+        # run while it forks).
+        results = scan_sources(logs, sigs, opts.jobs, progress, _import_polars)
+    else:
+        with _preloading("polars"):
+            results = scan_sources(logs, sigs, opts.jobs, progress)
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]

@@ -9,8 +9,8 @@ so `--help` stays fast.
 from __future__ import annotations
 
 import os
-import platform
 import sys
+import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
@@ -117,12 +117,14 @@ def _progress_factory(enabled: bool) -> Any:
         prog.start()
         task = prog.add_task("scanning", total=total)
         done = [0]
+        lock = threading.Lock()  # --jobs threads report into one bar
 
         def advance(n: int) -> None:
-            done[0] += n
-            prog.update(task, completed=done[0])
-            if done[0] >= total:
-                prog.stop()
+            with lock:
+                done[0] += n
+                prog.update(task, completed=done[0])
+                if done[0] >= total:
+                    prog.stop()
 
         return advance
 
@@ -442,7 +444,7 @@ def _bug_block(exc: BaseException) -> str:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     return (
         "preemptdiag: internal error (exit 3). Please report this block:\n"
-        f"```\npreemptdiag {__version__}, Python {platform.python_version()}, {platform.system()}\n"
+        f"```\npreemptdiag {__version__}, Python {sys.version.split()[0]}, {sys.platform}\n"
         f"{tb}```"
     )
 

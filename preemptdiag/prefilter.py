@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import pairwise
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, cast
 
 from preemptdiag.errors import DiagError
 
@@ -51,6 +52,10 @@ _HS_MAX_BLOCK = (1 << 32) - 1
 
 Engine = Literal["auto", "hyperscan", "aho", "python"]
 Span = tuple[int, int]
+# (line start, line end without its newline, where the leftmost literal starts)
+Candidate = tuple[int, int, int]
+# Blocks are bytes in tests and small inputs, a reused bytearray in the scan loop.
+Buffer = bytes | bytearray
 
 
 def available_engines() -> list[Engine]:
@@ -94,7 +99,13 @@ def _hs_database(literals: Sequence[bytes]) -> hyperscan.Database:
 
 
 class LineFinder:
-    """Offsets of the lines in a block that contain at least one literal."""
+    """The lines of a block that contain at least one literal.
+
+    `candidate_lines` returns (start, end, first) per line: `end` excludes the
+    newline, `first` is where the leftmost occurrence of a kept literal starts (a
+    literal dropped by `_reduce` as containing a kept one may start up to
+    `len(literal) - 1` bytes earlier). One finder can serve several threads.
+    """
 
     def __init__(self, literals: Sequence[bytes], engine: Engine = "auto") -> None:
         self.literals, self._every_line = _reduce(literals)
@@ -105,6 +116,10 @@ class LineFinder:
         self.engine: Engine = engine
         self._hs: hyperscan.Database | None = None
         self._ac: BytesAhoCorasick | None = None
+        self._lengths = tuple(len(lit) for lit in self.literals)
+        # Hyperscan scratch space is per thread (the binding releases the GIL while
+        # it scans, so threads scan in parallel); the database itself is shared.
+        self._local = threading.local()
         if not self.literals:
             return
         if engine == "hyperscan":
@@ -112,122 +127,145 @@ class LineFinder:
         elif engine == "aho":
             # Leftmost-first is what enables the SIMD prefilter (standard matching
             # disables it); it still reports at least one match in every line that
-            # holds a literal, because a match never spans a newline.
+            # holds a literal, because a match never spans a newline, and a line's
+            # first reported match is its leftmost one.
             self._ac = BytesAhoCorasick(self.literals, matchkind=MatchKind.LeftmostFirst)
 
-    def candidate_lines(self, block: bytes) -> list[Span]:
-        """Sorted (start, end) of every candidate line; end excludes the newline."""
+    def candidate_lines(self, block: Buffer, size: int | None = None) -> list[Candidate]:
+        """Sorted candidate lines of `block[:size]` (all of it by default)."""
+        n = len(block) if size is None else size
         if self._every_line:
-            return _all_lines(block)
-        if not self.literals or not block:
+            return _all_lines(block, n)
+        if not self.literals or not n:
             return []
-        if self._hs is not None and len(block) < _HS_MAX_BLOCK:
-            return self._lines_hs(self._hs, block)
+        if self._hs is not None and n < _HS_MAX_BLOCK:
+            return self._lines_hs(self._hs, block, n)
         if self._ac is not None:
-            return self._lines_aho(self._ac, block)
-        return self._lines_find(block)
+            return self._lines_aho(self._ac, block, n)
+        return self._lines_find(block, n)
 
-    @staticmethod
-    def _lines_hs(db: hyperscan.Database, block: bytes) -> list[Span]:
-        out: list[Span] = []
+    def _scratch(self, db: hyperscan.Database) -> hyperscan.Scratch:
+        scratch: hyperscan.Scratch | None = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = db.scratch.clone()
+        return scratch
+
+    def _lines_hs(self, db: hyperscan.Database, block: Buffer, n: int) -> list[Candidate]:
+        starts: list[int] = []
+        ends: list[int] = []
+        firsts: list[int] = []
         line_end = -1
         rfind = block.rfind
         find = block.find
+        lengths = self._lengths
 
-        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+        def on_match(lit: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             # Matches come in end-offset order; `to` lies inside the literal's line.
             nonlocal line_end
+            at = to - lengths[lit]
             if to <= line_end:
-                return  # another literal on a line already taken
-            line_end = find(b"\n", to)
+                # Another literal on a line already taken: it may start further left.
+                if at < firsts[-1]:
+                    firsts[-1] = at
+                return
+            line_end = find(b"\n", to, n)
             if line_end == -1:
-                line_end = len(block)
-            out.append((rfind(b"\n", 0, to) + 1, line_end))
+                line_end = n
+            starts.append(rfind(b"\n", 0, to) + 1)
+            ends.append(line_end)
+            firsts.append(at)
 
-        db.scan(block, match_event_handler=on_match)
-        return out
+        with memoryview(block) as view, view[:n] as data:
+            db.scan(cast(bytes, data), match_event_handler=on_match, scratch=self._scratch(db))
+        return list(zip(starts, ends, firsts, strict=True))
 
     @staticmethod
-    def _lines_aho(ac: BytesAhoCorasick, block: bytes) -> list[Span]:
-        out: list[Span] = []
+    def _lines_aho(ac: BytesAhoCorasick, block: Buffer, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
         line_end = -1
         rfind = block.rfind
         find = block.find
-        for _, start, end in ac.find_matches_as_indexes(block):
+        with memoryview(block) as view, view[:n] as data:
+            matches = ac.find_matches_as_indexes(data)
+        for _, start, end in matches:
             if start < line_end:
                 continue  # another literal on a line already taken
             s = rfind(b"\n", 0, start) + 1
-            line_end = find(b"\n", end)
+            line_end = find(b"\n", end, n)
             if line_end == -1:
-                line_end = len(block)
-            out.append((s, line_end))
+                line_end = n
+            out.append((s, line_end, start))
         return out
 
-    def _lines_find(self, block: bytes) -> list[Span]:
-        found: dict[int, int] = {}
+    def _lines_find(self, block: Buffer, n: int) -> list[Candidate]:
+        found: dict[int, tuple[int, int]] = {}
         find = block.find
         rfind = block.rfind
-        n = len(block)
         for lit in self.literals:
-            i = find(lit)
+            i = find(lit, 0, n)
             while i != -1:
                 s = rfind(b"\n", 0, i) + 1
-                e = find(b"\n", i + len(lit))
+                e = find(b"\n", i + len(lit), n)
                 if e == -1:
                     e = n
-                found[s] = e
+                prev = found.get(s)
+                found[s] = (e, i if prev is None else min(i, prev[1]))
                 # Resume on the next line: more hits on this one change nothing.
-                i = find(lit, e + 1)
-        return sorted(found.items())
+                i = find(lit, e + 1, n)
+        return [(s, e, first) for s, (e, first) in sorted(found.items())]
 
 
-def _all_lines(block: bytes) -> list[Span]:
-    out: list[Span] = []
+def _all_lines(block: Buffer, n: int) -> list[Candidate]:
+    out: list[Candidate] = []
     start = 0
-    n = len(block)
     while start < n:
-        e = block.find(b"\n", start)
+        e = block.find(b"\n", start, n)
         if e == -1:
             e = n
-        out.append((start, e))
+        out.append((start, e, start))
         start = e + 1
     return out
 
 
-def number_lines(block: bytes, spans: Sequence[Span], first_line: int) -> tuple[list[int], int]:
-    """1-based line numbers of `spans` (sorted) and the block's newline count.
+def number_lines(
+    block: Buffer, spans: Sequence[Candidate], first_line: int, size: int | None = None
+) -> tuple[list[int], int]:
+    """1-based line numbers of the candidate lines `spans` (sorted) and the newline
+    count of `block[:size]`.
 
     `first_line` is the number of the block's first line. One counting pass over
     the block in total: counting newlines costs about as much as the prefilter, so
     it must not be done twice.
     """
+    n = len(block) if size is None else size
     count: Callable[[bytes, int, int], int] = (
-        partial(_sparse_count, block) if _lines_are_long(block) else block.count
+        partial(_sparse_count, block) if _lines_are_long(block, n) else block.count
     )
     numbers: list[int] = []
     line = first_line
     pos = 0
-    for start, _ in spans:
+    for span in spans:
+        start = span[0]
         line += count(b"\n", pos, start)
         pos = start
         numbers.append(line)
-    newlines = line - first_line + count(b"\n", pos, len(block))
+    newlines = line - first_line + count(b"\n", pos, n)
     return numbers, newlines
 
 
 # bytes.count walks byte by byte (~1.5-2.3 GB/s here); a loop of memchr-backed
-# bytes.find costs ~0.2 us a line but skips long lines at SIMD speed, so it wins
+# bytes.find costs ~0.1 us a line but skips long lines at SIMD speed, so it wins
 # once lines average more than ~300 bytes (request-logging logs: ~1.7 KB).
 _LONG_LINE = 512
 _SAMPLE = 16 << 10
 
 
-def _lines_are_long(block: bytes) -> bool:
-    n = min(len(block), _SAMPLE)
+def _lines_are_long(block: Buffer, size: int) -> bool:
+    n = min(size, _SAMPLE)
     return n > 0 and block.count(b"\n", 0, n) * _LONG_LINE < n
 
 
-def _sparse_count(block: bytes, _nl: bytes, lo: int, hi: int) -> int:
+def _sparse_count(block: Buffer, _nl: bytes, lo: int, hi: int) -> int:
     """block.count(b"\n", lo, hi), one find per line."""
     n = 0
     find = block.find
@@ -238,91 +276,73 @@ def _sparse_count(block: bytes, _nl: bytes, lo: int, hi: int) -> int:
     return n
 
 
-def _seeks_cheaply(f: BinaryIO) -> bool:
-    # A plain file or memory buffer seeks in O(1). A gzip stream claims to be
-    # seekable too, but a backward seek re-decompresses from the start.
-    raw = getattr(f, "raw", f)
-    return isinstance(raw, (io.FileIO, io.BytesIO)) and f.seekable()
-
-
 def iter_blocks(
     f: BinaryIO,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    byte_range: Span | None = None,
-) -> Iterator[tuple[bytes, int]]:
-    """Yield (block, offset): blocks of whole lines, and where each starts.
+    byte_range: tuple[int, int] | None = None,
+) -> Iterator[tuple[bytearray, int, int]]:
+    """Yield (buffer, size, offset): `buffer[:size]` holds whole lines read from `f`,
+    starting at byte `offset` of the stream (absolute in the file with `byte_range`).
 
-    Every block ends just after a newline, except the last one when the input does
-    not end with a newline. A line longer than `block_size` comes whole in one
-    larger block (pieces are joined once, never re-concatenated). `offset` is the
-    block's byte position in the stream (absolute in the file when `byte_range` is
-    given). Line numbers come from `number_lines`, in the same pass that finds them.
+    One buffer is reused for the whole stream, so its content is valid only until
+    the next item is requested (copy what must outlive it). Reading into it with
+    readinto costs no allocation, no page fault and no copy of the block; the
+    partial line at its end is moved to the front for the next read. Every block
+    ends just after a newline, except the last one when the input does not end
+    with a newline. A line longer than the buffer grows it (doubling), so it comes
+    whole; the buffer shrinks back afterwards.
 
     `byte_range` (start, end) limits reading to that slice of a seekable file; the
     ranges from `split_ranges` start and end on line boundaries.
     """
     if block_size < 1:
         raise ValueError("block_size must be positive")
-    start, end = 0, -1
+    offset, left = 0, -1
     if byte_range is not None:
-        start, end = byte_range
-        f.seek(start)
-    if _seeks_cheaply(f):
-        yield from _blocks_seek(f, block_size, start, end)
-    else:
-        yield from _blocks_carry(f, block_size, start, end)
-
-
-def _blocks_seek(f: BinaryIO, block_size: int, pos: int, end: int) -> Iterator[tuple[bytes, int]]:
-    # Read, cut after the last newline, seek back to re-read the partial line with
-    # the next block. Cheaper than carrying it over: slicing the new partial line
-    # onto the front of the next read costs two large copies per block.
-    pieces: list[bytes] = []
-    block_at = pos
+        offset, end = byte_range
+        left = end - offset
+        f.seek(offset)
+    buf = bytearray(block_size)
+    filled = 0  # bytes in buf: the carried partial line, then new data
     while True:
-        want = block_size if end < 0 else min(block_size, end - pos)
-        chunk = f.read(want) if want > 0 else b""
-        if not chunk:
-            if pieces:
-                yield b"".join(pieces), block_at
+        scanned = filled  # the carried part holds no newline
+        filled, eof = _fill(f, buf, filled, left)
+        if left >= 0:
+            left -= filled - scanned
+        if filled == 0:
             return
-        pos += len(chunk)
-        cut = chunk.rfind(b"\n") + 1
+        cut = filled if eof else buf.rfind(b"\n", scanned, filled) + 1
         if cut == 0:
-            pieces.append(chunk)  # a line longer than a block: keep reading
+            buf.extend(bytes(len(buf)))  # one line fills the buffer: make room
             continue
-        if cut < len(chunk):
-            f.seek(cut - len(chunk), io.SEEK_CUR)
-            pos -= len(chunk) - cut
-            chunk = chunk[:cut]
-        if pieces:
-            pieces.append(chunk)
-            chunk = b"".join(pieces)
-            pieces.clear()
-        yield chunk, block_at
-        block_at = pos
+        yield buf, cut, offset
+        if eof:
+            return
+        tail = filled - cut
+        buf[:tail] = buf[cut:filled]
+        offset += cut
+        filled = tail
+        if len(buf) > block_size:
+            del buf[max(block_size, filled) :]  # a giant line is gone: give it back
 
 
-def _blocks_carry(f: BinaryIO, block_size: int, pos: int, end: int) -> Iterator[tuple[bytes, int]]:
-    pieces: list[bytes] = []  # the partial line read so far
-    block_at = pos
-    while True:
-        want = block_size if end < 0 else min(block_size, end - pos)
-        chunk = f.read(want) if want > 0 else b""
-        if not chunk:
-            if pieces:
-                yield b"".join(pieces), block_at
-            return
-        pos += len(chunk)
-        cut = chunk.rfind(b"\n") + 1
-        if cut == 0:
-            pieces.append(chunk)
-            continue
-        pieces.append(chunk[:cut] if cut < len(chunk) else chunk)
-        block = b"".join(pieces) if len(pieces) > 1 else pieces[0]
-        pieces = [chunk[cut:]] if cut < len(chunk) else []
-        yield block, block_at
-        block_at += len(block)
+def _fill(f: BinaryIO, buf: bytearray, filled: int, left: int) -> tuple[int, bool]:
+    """Read into buf[filled:] until it is full, `left` bytes were read or the input
+    ends; returns (bytes now in buf, whether the input ended)."""
+    readinto = cast(io.RawIOBase, f).readinto  # every stream open_binary gives has it
+    with memoryview(buf) as view:
+        while filled < len(buf):
+            want = len(buf) - filled if left < 0 else min(len(buf) - filled, left)
+            if want <= 0:
+                return filled, True
+            with view[filled : filled + want] as dest:
+                got = readinto(dest)
+            if not got:
+                return filled, True
+            filled += got
+            if left >= 0:
+                left -= got
+    return filled, False
 
 
 def split_ranges(path: str | os.PathLike[str], n_parts: int) -> list[Span]:

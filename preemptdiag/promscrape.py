@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from dateutil import parser as dateutil_parser
-
 from preemptdiag.errors import DiagError
 
 
@@ -112,6 +110,12 @@ _COUNTERS = (
     "generation_tokens_total",
 )
 _HELP_TYPE = re.compile(r"# (?:HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]*(?:\s|$)")
+# A sample line opens with a metric name and then a label set or a space; a log
+# line (a timestamp, "INFO", a bracket) fails this before the parser is imported.
+_SAMPLE_START = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+    r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|Inf|NaN)(?:[ \t]+-?\d+)?[ \t]*"
+)
 _SNIFF_LINES = 50
 
 
@@ -166,6 +170,8 @@ def looks_like_prometheus(first_chunk: bytes) -> bool:
         return True
     # No HELP/TYPE (hand-trimmed or `grep vllm: metrics`): every line must parse, and
     # more than one sample keeps a stray `word 5` line from passing as a scrape.
+    if not _SAMPLE_START.fullmatch(body[0]):
+        return False
     try:
         n = sum(len(fam.samples) for fam in _families("\n".join(body)))
     except Exception:  # the parser raises assorted types on non-exposition text
@@ -292,6 +298,8 @@ def _parse_marker(text: str, source: str, lineno: int) -> datetime:
         try:
             dt = datetime.fromisoformat(text)
         except ValueError:
+            from dateutil import parser as dateutil_parser  # ~15 ms; rare stamps only
+
             with warnings.catch_warnings():
                 # dateutil only warns on a zone name it does not know (PDT, CEST)
                 # and returns a naive time, which would silently shift the scrape.

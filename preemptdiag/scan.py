@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import BinaryIO
 
 from preemptdiag.lines import (
     engine_ts_before,
@@ -19,7 +21,13 @@ from preemptdiag.lines import (
     repeat_count,
     sglang_rank,
 )
-from preemptdiag.prefilter import HAVE_AHOCORASICK, LineFinder, iter_blocks, number_lines
+from preemptdiag.prefilter import (
+    HAVE_AHOCORASICK,
+    Buffer,
+    LineFinder,
+    iter_blocks,
+    number_lines,
+)
 from preemptdiag.records import Hit
 from preemptdiag.signatures import Signature
 from preemptdiag.sources import Source, open_binary, was_truncated
@@ -31,6 +39,7 @@ if HAVE_AHOCORASICK:
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
 TRUNCATED = "truncated gzip: input ended early"
+DECOY = "decoy in request text"
 
 # A match that starts after one of these markers sits inside a logged request:
 # user text quoting a signal line is a decoy, never evidence.
@@ -42,6 +51,7 @@ _DECOY_MARKERS = (
     '"messages"',
     '"content"',
 )
+_DECOY_BYTES = tuple(m.encode() for m in _DECOY_MARKERS)
 _LINE_START_HINTS = ("INFO", "WARNING", "ERROR", "DEBUG", "CRITICAL", "[", "(", "{")
 
 
@@ -69,8 +79,13 @@ class Matcher:
         # Which signatures each literal can start, so one automaton pass over a
         # candidate line (prompts make some lines 100 KB long) picks the regexes to run.
         index = {lit: i for i, lit in enumerate(self.literals)}
-        self._sig_lits = [frozenset(index[lit] for lit in s.prefilter) for s in self.sigs]
+        # literal -> positions (in self.sigs) of the signatures it can start
+        self._lit_sigs: list[list[int]] = [[] for _ in self.literals]
+        for pos, sig in enumerate(self.sigs):
+            for i in sorted({index[lit] for lit in sig.prefilter}):
+                self._lit_sigs[i].append(pos)
         self._longest = max(map(len, self.literals), default=0)
+        self._longest_bytes = max(map(len, self.literal_bytes), default=0)
         self._finder: LineFinder | None = None
         self._ac = (
             AhoCorasick(list(self.literals), matchkind=MatchKind.Standard)
@@ -107,24 +122,46 @@ class Matcher:
         }
         if not found:
             return []
-        return [s for s, lits in zip(self.sigs, self._sig_lits, strict=True) if lits & found]
+        if len(found) == 1:
+            (only,) = found
+            return [self.sigs[pos] for pos in self._lit_sigs[only]]
+        return [self.sigs[pos] for pos in sorted({p for i in found for p in self._lit_sigs[i]})]
+
+    def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
+        """True when a request marker opens the line before every literal in it.
+
+        Decided on the raw bytes from the prefilter's `first` (the leftmost kept
+        literal; a longer literal it stands for starts at most `longest - 1` bytes
+        earlier), so a prompt line quoting signal text is skipped without decoding
+        it. `match` would reach the same verdict on the decoded line: no literal
+        starts before the marker, so no signature runs. False means "look closer".
+        """
+        if end - start > MAX_LINE_BYTES:
+            return False  # cut before decoding; the slow path decides
+        hi = first - self._longest_bytes
+        if hi < start:
+            return False
+        find = block.find
+        return any(find(m, start, hi + len(m)) != -1 for m in _DECOY_BYTES)
 
     def match(
         self,
         source: str,
         lineno: int,
         raw: str,
-        next_raw: str | None,
+        next_raw: NextLine,
         result: ScanResult,
         sigs: Sequence[Signature] | None = None,
     ) -> None:
+        """Match one candidate line; `next_raw()` gives the physical line after it
+        (None at the end), read only when a hard-wrapped record must be rejoined."""
         if sigs is None:
             decoy = _decoy_position(raw)
             cands = self.candidates(raw, decoy)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
                 if decoy is not None:
-                    result.skipped["decoy in request text"] += 1
+                    result.skipped[DECOY] += 1
                 return
         else:
             cands = list(sigs)
@@ -145,9 +182,10 @@ class Matcher:
             line.uptime,
         ):
             return
-        if next_raw is None:
+        following = next_raw()
+        if following is None:
             return
-        nxt = next_raw.rstrip("\r\n")
+        nxt = following.rstrip("\r\n")
         if not nxt or nxt.lstrip().startswith(_LINE_START_HINTS) or nxt[:4].isdigit():
             return
         # Hard-wrapped paste: the record continues on the next physical line.
@@ -189,7 +227,7 @@ class Matcher:
                 if must_span and not (start < must_span < end):
                     continue
                 if decoy_at is not None and start > decoy_at:
-                    result.skipped["decoy in request text"] += 1
+                    result.skipped[DECOY] += 1
                     continue
                 # Two signatures on one span: the higher priority (sorted first) wins.
                 if any(
@@ -249,7 +287,11 @@ def _decoy_position(text: str) -> int | None:
     return best
 
 
-def _decode(raw: bytes, result: ScanResult) -> str:
+def _same(value: str | None) -> str | None:
+    return value
+
+
+def _decode(raw: Buffer, result: ScanResult) -> str:
     if len(raw) > MAX_LINE_BYTES:
         result.skipped["over-long line cut to 1 MiB"] += 1
         raw = raw[:MAX_LINE_BYTES]
@@ -261,6 +303,37 @@ def _decode(raw: bytes, result: ScanResult) -> str:
 
 
 ProgressFn = Callable[[int], None]
+NextLine = Callable[[], str | None]
+
+
+def _no_line() -> None:
+    return None
+
+
+def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
+    """The next physical line of `f` (None at the end); reads at most ~1 MiB."""
+    pieces: list[bytes] = []
+    size = 0
+    while size <= MAX_LINE_BYTES:
+        chunk = f.read(64 << 10)
+        if not chunk:
+            break
+        i = chunk.find(b"\n")
+        if i != -1:
+            pieces.append(chunk[:i])
+            size += i
+            break
+        pieces.append(chunk)
+        size += len(chunk)
+    if not pieces:
+        return None
+    return _decode(b"".join(pieces), counts)
+
+
+def _line_at(block: Buffer, start: int, size: int, counts: ScanResult) -> str:
+    """The physical line starting at `start` (decoded only when asked for)."""
+    end = block.find(b"\n", start, size)
+    return _decode(block[start : end if end != -1 else size], counts)
 
 
 def scan_fast(
@@ -278,30 +351,34 @@ def scan_fast(
     # opens the next block: it waits for that first line before it is matched.
     pending: tuple[int, str] | None = None
     with open_binary(src) as f:
-        for block, _offset in iter_blocks(f, byte_range=byte_range):
-            size = len(block)
+        for block, size, _offset in iter_blocks(f, byte_range=byte_range):
             if pending is not None:
-                first_end = block.find(b"\n")
-                nxt = _decode(block[: first_end if first_end != -1 else size], scratch)
-                matcher.match(src.name, pending[0], pending[1], nxt, result)
+                nxt = _line_at(block, 0, size, scratch)
+                matcher.match(src.name, pending[0], pending[1], partial(_same, nxt), result)
                 pending = None
-            spans = finder.candidate_lines(block)
-            numbers, newlines = number_lines(block, spans, next_line)
-            for (start, end), lineno in zip(spans, numbers, strict=True):
+            cands = finder.candidate_lines(block, size)
+            numbers, newlines = number_lines(block, cands, next_line, size)
+            for (start, end, first), lineno in zip(cands, numbers, strict=True):
+                if matcher.decoy_only(block, start, end, first):
+                    result.skipped[DECOY] += 1
+                    continue
                 raw = _decode(block[start:end], result)
                 if end + 1 >= size:
                     pending = (lineno, raw)
                     continue
-                nxt_end = block.find(b"\n", end + 1)
-                nxt = _decode(block[end + 1 : nxt_end if nxt_end != -1 else size], scratch)
-                matcher.match(src.name, lineno, raw, nxt, result)
-            result.lines_read += newlines + (0 if block.endswith(b"\n") else 1)
+                following: NextLine = partial(_line_at, block, end + 1, size, scratch)
+                matcher.match(src.name, lineno, raw, following, result)
+            result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
             if progress is not None:
                 progress(size)
         if pending is not None:
-            matcher.match(src.name, pending[0], pending[1], None, result)
+            # At the end of a --jobs byte range the next physical line is the first
+            # of the next range: read it, so a record wrapped across the split is
+            # rejoined exactly as in a single pass.
+            last: NextLine = partial(_read_line, f, scratch) if byte_range else _no_line
+            matcher.match(src.name, pending[0], pending[1], last, result)
         if was_truncated(f):
             result.skipped[TRUNCATED] += 1
     return result
@@ -336,5 +413,5 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
                 if list(s.finditer(line.text)):
                     result.skipped["prefilter miss"] += 1
             continue
-        matcher.match(src.name, i + 1, raw, nxt, result)
+        matcher.match(src.name, i + 1, raw, partial(_same, nxt), result)
     return result

@@ -204,7 +204,7 @@ def test_tiny_blocks_change_nothing(workdir: Path, data: bytes, block_size: int)
 
     def blocks(
         f: BinaryIO, _default: int = 0, byte_range: tuple[int, int] | None = None
-    ) -> Iterator[tuple[bytes, int]]:
+    ) -> Iterator[tuple[bytearray, int, int]]:
         return iter_blocks(f, block_size=block_size, byte_range=byte_range)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -236,7 +236,7 @@ def test_matcher_never_raises(raw: str, nxt: str | None) -> None:
     result = ScanResult(source="fuzz")
     # Physical lines hold no \n; the matcher sees one line and its successor.
     raw, nxt = raw.replace("\n", " "), None if nxt is None else nxt.replace("\n", " ")
-    MATCHER.match("fuzz", 7, raw, nxt, result)
+    MATCHER.match("fuzz", 7, raw, lambda: nxt, result)
     for h in result.hits:
         assert h.line == 7
         assert h.repeat >= 1

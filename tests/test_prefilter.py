@@ -6,7 +6,7 @@ import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import pytest
 from hypothesis import example, given, settings
@@ -16,6 +16,7 @@ from preemptdiag import prefilter
 from preemptdiag.prefilter import (
     Engine,
     LineFinder,
+    Span,
     available_engines,
     iter_blocks,
     number_lines,
@@ -43,8 +44,24 @@ def reference(block: bytes, literals: Sequence[bytes]) -> list[tuple[int, int]]:
     return out
 
 
-def lines_of(block: bytes, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-    return [block[s:e] for s, e in spans]
+def lines_of(block: bytes, spans: Sequence[tuple[int, int, int]]) -> list[bytes]:
+    return [block[s:e] for s, e, _ in spans]
+
+
+def found(finder: LineFinder, block: bytes | bytearray, size: int | None = None) -> list[Span]:
+    """The finder's (start, end) lines, after checking each line's `first`: where
+    the leftmost occurrence of a kept literal starts."""
+    out = []
+    for s, e, first in finder.candidate_lines(block, size):
+        line = bytes(block[s:e])
+        assert first == s + min(i for i in (line.find(lit) for lit in finder.literals) if i >= 0)
+        out.append((s, e))
+    return out
+
+
+def blocks_of(f: BinaryIO, **kw: Any) -> list[tuple[bytes, int]]:
+    """iter_blocks reuses one buffer: copy each block before reading the next."""
+    return [(bytes(buf[:size]), off) for buf, size, off in iter_blocks(f, **kw)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -61,6 +78,7 @@ def test_hand_made_block(engine: Engine) -> None:
     )
     finder = LineFinder(LITS, engine=engine)
     spans = finder.candidate_lines(block)
+    assert found(finder, block) == reference(block, LITS)
     assert lines_of(block, spans) == [
         b"oom at start\r",
         b"line ends with OOM",
@@ -68,8 +86,10 @@ def test_hand_made_block(engine: Engine) -> None:
         b"KV cache and reempt twice oom",
         b"ends without newline: Exited (137)",
     ]
-    assert spans == reference(block, LITS)
     assert spans[-1][1] == len(block)
+    # Only the first `size` bytes count, as with the scanner's reused buffer.
+    cut = block.index(b"OOM again")
+    assert found(finder, bytearray(block) + b"oom tail", cut) == reference(block[:cut], LITS)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -78,12 +98,13 @@ def test_edge_literal_sets(engine: Engine) -> None:
     assert LineFinder([], engine=engine).candidate_lines(block) == []
     # The empty literal is in every line, even an empty one.
     every = LineFinder([b"zz", b""], engine=engine)
-    assert every.candidate_lines(block) == [(0, 1), (2, 2), (3, 5), (6, 8)]
+    assert every.candidate_lines(block) == [(0, 1, 0), (2, 2, 2), (3, 5, 3), (6, 8, 6)]
     # A literal holding a newline never fits inside a line.
     assert LineFinder([b"a\nb"], engine=engine).candidate_lines(block) == []
     dup = LineFinder([b"b", b"b", b"bc", b"ab"], engine=engine)
     assert dup.literals == (b"b",)
-    assert dup.candidate_lines(block) == [(3, 5), (6, 8)]
+    # "ab" starts one byte before the kept "b" that stands for it.
+    assert dup.candidate_lines(block) == [(3, 5, 3), (6, 8, 7)]
     assert LineFinder([b"x"], engine=engine).candidate_lines(b"") == []
 
 
@@ -98,7 +119,7 @@ def test_block_too_big_for_hyperscan(monkeypatch: pytest.MonkeyPatch) -> None:
     block = b"a oom\nb\nc OOM d"
     finder = LineFinder(LITS, engine="hyperscan")
     monkeypatch.setattr(prefilter, "_HS_MAX_BLOCK", 4)
-    assert finder.candidate_lines(block) == [(0, 5), (8, 15)]
+    assert found(finder, block) == [(0, 5), (8, 15)]
 
 
 # Blocks built from literal pieces, separators and noise, so literals are often cut
@@ -143,24 +164,26 @@ def test_engines_equal_reference(block: bytes, literals: list[bytes]) -> None:
     want = reference(block, literals)
     for engine in ENGINES:
         finder = LineFinder(literals, engine=engine)
-        assert finder.candidate_lines(block) == want, engine
+        assert found(finder, block) == want, engine
 
 
 @given(block=_BLOCKS)
 def test_number_lines(block: bytes) -> None:
-    spans = reference(block, LITS)
+    spans = [(s, e, s) for s, e in reference(block, LITS)]
     numbers, newlines = number_lines(block, spans, 10)
     assert newlines == block.count(b"\n")
-    assert numbers == [10 + block.count(b"\n", 0, s) for s, _ in spans]
+    assert numbers == [10 + block.count(b"\n", 0, s) for s, _, _ in spans]
 
 
 def test_number_lines_long_lines() -> None:
     # Long lines take the find-per-line path; the answer must not change.
     block = b"".join(b"%s %d\n" % (b"x" * (i * 97 % 3000), i) for i in range(400)) + b"tail oom"
-    spans = reference(block, [b"7", b"oom"])
+    spans = [(s, e, s) for s, e in reference(block, [b"7", b"oom"])]
     numbers, newlines = number_lines(block, spans, 1)
     assert newlines == 400
-    assert numbers == [1 + block.count(b"\n", 0, s) for s, _ in spans]
+    assert numbers == [1 + block.count(b"\n", 0, s) for s, _, _ in spans]
+    # Counting stops at `size`, as with the scanner's reused buffer.
+    assert number_lines(block + b"\n\n\n", spans, 1, len(block)) == (numbers, 400)
     assert numbers[-1] == 401 and len(numbers) == 77
 
 
@@ -198,7 +221,7 @@ def _opened(kind: str, data: bytes, tmp_path: Path) -> BinaryIO:
 @pytest.mark.parametrize("block_size", [1, 7, 64, 1 << 20])
 def test_iter_blocks_whole_lines(kind: str, block_size: int, tmp_path: Path) -> None:
     with _opened(kind, DATA, tmp_path) as f:
-        blocks = list(iter_blocks(f, block_size=block_size))
+        blocks = blocks_of(f, block_size=block_size)
     assert b"".join(b for b, _ in blocks) == DATA
     assert [off for _, off in blocks] == [
         sum(len(b) for b, _ in blocks[:i]) for i in range(len(blocks))
@@ -208,24 +231,24 @@ def test_iter_blocks_whole_lines(kind: str, block_size: int, tmp_path: Path) -> 
     # Candidate lines found block by block, numbered in the same pass, are the
     # lines the reference finds in the whole input.
     finder = LineFinder(LITS)
-    found = []
+    hits = []
     next_line = 1
     for block, _ in blocks:
         spans = finder.candidate_lines(block)
         numbers, newlines = number_lines(block, spans, next_line)
-        found += [(n, block[s:e]) for n, (s, e) in zip(numbers, spans, strict=True)]
+        hits += [(n, block[s:e]) for n, (s, e, _) in zip(numbers, spans, strict=True)]
         next_line += newlines
-    assert found == [(2, b"KV cache 1"), (3, LONG), (6, b"z" * 40 + b" OOM"), (7, b"last line oom")]
+    assert hits == [(2, b"KV cache 1"), (3, LONG), (6, b"z" * 40 + b" OOM"), (7, b"last line oom")]
 
 
 def test_iter_blocks_empty_and_byte_range(tmp_path: Path) -> None:
-    assert list(iter_blocks(io.BytesIO(b""))) == []
+    assert blocks_of(io.BytesIO(b"")) == []
     p = tmp_path / "log"
     p.write_bytes(DATA)
     start = DATA.index(b"short")
     end = DATA.index(b"last")
     with open(p, "rb") as f:
-        got = list(iter_blocks(f, block_size=4, byte_range=(start, end)))
+        got = blocks_of(f, block_size=4, byte_range=(start, end))
     assert b"".join(b for b, _ in got) == DATA[start:end]
     assert got[0][1] == start
 
@@ -234,10 +257,23 @@ def test_long_line_is_linear() -> None:
     # Re-concatenating a growing carry would copy ~12 GB here (many seconds).
     data = b"a" * (5 << 20) + b"\nb\n"
     t0 = time.perf_counter()
-    blocks = [b for b, _ in iter_blocks(io.BytesIO(data), block_size=1024)]
+    blocks = [b for b, _ in blocks_of(io.BytesIO(data), block_size=1024)]
     assert time.perf_counter() - t0 < 1.0
     assert b"".join(blocks) == data
     assert blocks[0].startswith(data[:-2])
+
+
+def test_iter_blocks_reuses_one_buffer_and_shrinks_it_back() -> None:
+    # Flat memory: one buffer for the whole input; a giant line grows it, and it
+    # returns to the block size once that line has been handed out.
+    data = b"a\n" * 100 + b"x" * 5000 + b"\n" + b"b\n" * 10_000
+    seen = []
+    for buf, size, off in iter_blocks(io.BytesIO(data), block_size=64):
+        seen.append((id(buf), len(buf), bytes(buf[:size]), off))
+    assert len({i for i, *_ in seen}) == 1
+    assert b"".join(chunk for _, _, chunk, _ in seen) == data
+    sizes = [n for _, n, _, _ in seen]
+    assert max(sizes) >= 5001 and sizes[-1] == 64
 
 
 def _check_ranges(data: bytes, ranges: list[tuple[int, int]]) -> None:

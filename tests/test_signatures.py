@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,13 @@ def test_examples(sig: Signature) -> None:
 def test_has_enough_examples(sig: Signature) -> None:
     assert len(sig.matches) >= 2
     assert len(sig.no_matches) >= 1
+
+
+def test_builtin_load_defers_compiling_but_reads_the_same() -> None:
+    # Built-ins skip the compile at load (start-up time); the user path above
+    # compiled and checked the very same files.
+    lazy = load_dir(SIG_DIR, builtin=True)
+    assert [replace(s, builtin=False) for s in lazy] == ALL
 
 
 def test_no_undeclared_overlaps() -> None:

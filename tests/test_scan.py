@@ -1,0 +1,62 @@
+"""scan.py's shortcuts: each must give the answer the slow path gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from preemptdiag.scan import DECOY, Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.signatures import load
+from preemptdiag.sources import open_source
+
+MATCHER = Matcher(load())
+PREEMPT = (
+    "WARNING 11-04 16:03:10 scheduler.py:1560] Sequence group 42 is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+    "total_num_cumulative_preemption=51"
+)
+REQUEST = "INFO 11-04 16:03:10 logger.py:37] Received request chatcmpl-1: prompt: '"
+
+
+def _first_literal(line: bytes) -> int:
+    hits = [line.find(lit) for lit in MATCHER.finder().literals]
+    return min(i for i in hits if i >= 0)
+
+
+@pytest.mark.parametrize(
+    ("line", "decoy"),
+    [
+        # A prompt quoting a preemption warning: skipped before decoding.
+        (REQUEST + PREEMPT + "'", True),
+        # The warning itself: never a decoy, whatever follows it.
+        (PREEMPT + " prompt: 'x'", False),
+        # No marker at all.
+        (PREEMPT, False),
+        # The marker sits too close before the literal to rule out a longer literal
+        # starting ahead of it: "look closer" (the decoded path decides).
+        ("prompt: reempt", False),
+    ],
+)
+def test_decoy_only_on_raw_bytes(line: str, decoy: bool) -> None:
+    raw = line.encode()
+    assert MATCHER.decoy_only(raw, 0, len(raw), _first_literal(raw)) is decoy
+    # The decoded path agrees wherever the shortcut answers yes.
+    result = ScanResult(source="t")
+    MATCHER.match("t", 1, line, lambda: None, result)
+    if decoy:
+        assert result.hits == [] and result.skipped[DECOY] == 1
+
+
+def test_decoy_shortcut_counts_like_the_reference(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.log"
+    lines = [PREEMPT, REQUEST + PREEMPT + "'", REQUEST + "why is my GPU OOM?'", PREEMPT]
+    path.write_text("\n".join(lines) + "\n")
+    src = open_source(str(path))
+    fast, ref = scan_fast(src, MATCHER), scan_reference(src, MATCHER)
+    assert [(h.line, h.sig) for h in fast.hits] == [
+        (1, "vllm.v0.preemption"),
+        (4, "vllm.v0.preemption"),
+    ]
+    assert fast.hits == ref.hits
+    assert fast.skipped[DECOY] == ref.skipped[DECOY] == 2
