@@ -243,6 +243,8 @@ def _preloading(module: str) -> Iterator[None]:
 def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
     if not opts.files:
         raise DiagError("no input files (pass one or more logs, or - for stdin)")
+    if opts.files.count("-") > 1:
+        raise DiagError("stdin (-) can be read only once; pass it once")
     sigs = load(opts.signatures_dir)
     sources = [open_source(f) for f in opts.files]
     logs = [s for s in sources if not looks_like_prometheus(s.head)]

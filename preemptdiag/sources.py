@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from preemptdiag.errors import DiagError
 
@@ -31,12 +31,31 @@ class Source:
     head: bytes  # first bytes (decompressed), for sniffing the format
     size: int | None  # on-disk size, for progress and job splitting
     cr_only: bool = False  # old-Mac line ends: every \r is a line break
+    # stdin only: the raw (maybe compressed) bytes read for sniffing, which the
+    # scan reads again before the rest of the stream. stdin is streamed, never
+    # held whole, so a piped 10 GB log costs no more memory than a file.
+    stdin_head: bytes = b""
 
 
-class _Stdin:
-    """stdin is read once; keep its head so sniffing does not lose bytes."""
+class _Prepend(io.RawIOBase):
+    """`head`, then whatever `rest` still has: stdin after its sniffed head."""
 
-    data: bytes | None = None
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._inner = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._inner.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
 
 def _sniff_text(name: str, head: bytes) -> None:
@@ -55,25 +74,7 @@ def _cr_only(head: bytes) -> bool:
 
 def open_source(name: str) -> Source:
     if name == "-":
-        if _Stdin.data is None:
-            _Stdin.data = sys.stdin.buffer.read()
-        data = _Stdin.data
-        gz = data[:2] == GZIP_MAGIC
-        if gz:
-            data = _gunzip_all(name, data)
-            _Stdin.data = data
-        _sniff_text(name, data[:SNIFF_BYTES])
-        if _cr_only(data[:SNIFF_BYTES]):
-            data = data.replace(b"\r", b"\n")
-            _Stdin.data = data
-        return Source(
-            name="<stdin>",
-            path=None,
-            gz=False,
-            mtime=None,
-            head=data[:SNIFF_BYTES],
-            size=len(data),
-        )
+        return _open_stdin()
     path = Path(name)
     try:
         st = path.stat()
@@ -106,16 +107,27 @@ def open_source(name: str) -> Source:
     )
 
 
-def _gunzip_all(name: str, data: bytes) -> bytes:
-    try:
-        return gzip.decompress(data)
-    except (EOFError, OSError, zlib.error):
-        # Keep what decompressed before the damage: a truncated capture is still evidence.
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+def _open_stdin() -> Source:
+    raw = sys.stdin.buffer.read(SNIFF_BYTES)
+    gz = raw[:2] == GZIP_MAGIC
+    head = raw
+    if gz:
         try:
-            return d.decompress(data)
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, SNIFF_BYTES)
         except zlib.error:
-            raise DiagError(f"{name}: corrupt gzip data") from None
+            raise DiagError("<stdin>: corrupt or truncated gzip data at the start") from None
+    _sniff_text("<stdin>", head)
+    cr_only = _cr_only(head)
+    return Source(
+        name="<stdin>",
+        path=None,
+        gz=gz,
+        mtime=None,
+        head=head.replace(b"\r", b"\n") if cr_only else head,
+        size=None,
+        cr_only=cr_only,
+        stdin_head=raw,
+    )
 
 
 def _read_head(name: str, path: Path, gz: bool) -> bytes:
@@ -206,18 +218,27 @@ class _CRToLF(io.RawIOBase):
         return n
 
 
+def _layered(src: Source, raw: BinaryIO | io.RawIOBase) -> BinaryIO:
+    """Decompression and line-end translation over the raw bytes, as `src` needs."""
+    reader = cast(BinaryIO, raw)
+    if src.gz:
+        reader = cast(BinaryIO, io.BufferedReader(_GzipStream(reader), buffer_size=1 << 20))
+    elif not isinstance(raw, io.FileIO):
+        reader = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, raw), buffer_size=1 << 20))
+    return cast(BinaryIO, io.BufferedReader(_CRToLF(reader))) if src.cr_only else reader
+
+
 @contextmanager
 def open_binary(src: Source) -> Iterator[BinaryIO]:
     if src.path is None:
-        yield io.BytesIO(_Stdin.data or b"")
+        yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer))
         return
     try:
         if src.gz:
             with src.path.open("rb") as raw:
-                reader: BinaryIO = io.BufferedReader(_GzipStream(raw), buffer_size=1 << 20)
-                yield io.BufferedReader(_CRToLF(reader)) if src.cr_only else reader
+                yield _layered(src, raw)
         else:
             with src.path.open("rb", buffering=0) as f:
-                yield io.BufferedReader(_CRToLF(f)) if src.cr_only else f
+                yield _layered(src, f)
     except PermissionError:
         raise DiagError(f"{src.name}: permission denied") from None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,14 +101,45 @@ def test_user_signature_file_errors_are_precise(
     assert "signature 'x.y': unknown kind 'weird'" in err
 
 
-def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from preemptdiag import sources
+class _Pipe(io.RawIOBase):
+    """stdin as a pipe gives it: short reads, no seeking, each byte read once."""
 
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.served = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), 4096, len(self.data) - self.served)
+        b[:n] = self.data[self.served : self.served + n]
+        self.served += n
+        return n
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_stdin_is_streamed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
     data = (SAMPLES / "v0_thrash_loop.log").read_bytes()
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-    monkeypatch.setattr(sources._Stdin, "data", None)
+    pipe = _Pipe(gzip.compress(data) if compress else data)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(pipe)))
     assert main(["analyze", "-q", "-"]) == 1
     assert capsys.readouterr().out.startswith("thrash_loop [high]")
+    assert pipe.served == len(pipe.data)
+    # Same verdict line as the file itself.
+    assert main(["analyze", "-q", str(SAMPLES / "v0_thrash_loop.log")]) == 1
+
+
+def test_stdin_twice_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    assert main(["analyze", "-", "-"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "preemptdiag: error: stdin (-) can be read only once; pass it once"
+    )
 
 
 def test_several_formats_to_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
