@@ -7,8 +7,10 @@ count of what was skipped — never a traceback.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -223,3 +225,15 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
         code, _, err = run(capsys, *argv)
         assert code == 2, argv
         assert needle in one_line_error(err)
+
+
+def test_stdin_given_twice(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stdin is streamed, not held: a second `-` would read an exhausted pipe.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(V0_PREEMPT.encode())))
+    code, _, err = run(capsys, "analyze", "-", "-")
+    assert code == 2
+    assert one_line_error(err) == (
+        "preemptdiag: error: stdin (-) can be read only once; pass it once"
+    )

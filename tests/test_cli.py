@@ -132,16 +132,6 @@ def test_stdin_is_streamed(
     assert main(["analyze", "-q", str(SAMPLES / "v0_thrash_loop.log")]) == 1
 
 
-def test_stdin_twice_is_refused(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
-    assert main(["analyze", "-", "-"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "preemptdiag: error: stdin (-) can be read only once; pass it once"
-    )
-
-
 def test_several_formats_to_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     md, js = tmp_path / "r.md", tmp_path / "r.json"
     code = main(
