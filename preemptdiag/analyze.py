@@ -93,7 +93,9 @@ def scan_sources(
 
 
 def _import_polars() -> None:
-    importlib.import_module("polars")
+    # Only to start the import early; if polars is missing, windows.py says so.
+    with suppress(ImportError):
+        importlib.import_module("polars")
 
 
 def _scrape_event(
@@ -220,19 +222,13 @@ def _redact_window(w: Window, redactor: Redactor) -> Window:
 
 
 @contextmanager
-def _preloading(module: str) -> Iterator[None]:
-    """Import `module` in a background thread while the block runs.
+def _in_background(work: Callable[[], None]) -> Iterator[None]:
+    """Run `work` in a thread while the block runs; joined before leaving.
 
     The scan spends most of its time in Hyperscan and file reads, which release
-    the GIL, so polars' ~0.2 s import overlaps it instead of following it. The
-    thread is joined before leaving, so no import is cut short at exit.
+    the GIL, so polars' ~0.2 s import overlaps it instead of following it.
     """
-
-    def load_quietly() -> None:
-        with suppress(ImportError):  # the real import reports it
-            importlib.import_module(module)
-
-    thread = threading.Thread(target=load_quietly, name=f"preload-{module}", daemon=True)
+    thread = threading.Thread(target=work, name="preload", daemon=True)
     thread.start()
     try:
         yield
@@ -254,7 +250,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         # run while it forks).
         results = scan_sources(logs, sigs, opts.jobs, progress, _import_polars)
     else:
-        with _preloading("polars"):
+        with _in_background(_import_polars):
             results = scan_sources(logs, sigs, opts.jobs, progress)
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
