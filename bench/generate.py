@@ -1,6 +1,6 @@
 """Write a realistic, deterministic vLLM server log of a chosen size, for benchmarks.
 
-    python bench/generate.py --size 1GiB -o /tmp/bench.log [--seed 0]
+    python bench/generate.py --size 1GiB -o /tmp/bench.log [--seed 0] [--profile sglang-dense]
 
 The log is what a real server with request logging on looks like by volume: most
 bytes are `Received request ... prompt: '...'` lines with long prompts, plus uvicorn
@@ -408,14 +408,57 @@ def generate(
     return w.written
 
 
+def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """An SGLang server log with request logging off: nearly every line is a signal
+    line (a decode batch line every 0.5 s, a prefill line per arrival wave, and a
+    retraction episode every ~2 hours). The per-signal-line cost case: memory and
+    time grow with these lines, not with bytes."""
+    rng = random.Random(seed)
+    w = Writer(out, rng, datetime(2025, 11, 2, 0, 0, 0))
+    total = 500_000  # KV token capacity
+    tokens, running, queued = 20_000, 10, 0
+    while w.size < size:
+        w.now += timedelta(milliseconds=500)
+        stamp = f"[{w.now:%Y-%m-%d %H:%M:%S} TP0]"
+        hot = w.now.hour % 2 == 1 and w.now.minute < 10  # a 10-minute burst, every 2 h
+        running = max(1, min(200, running + rng.randint(-3, 5 if hot else 3)))
+        tokens = max(1_000, min(total, tokens + rng.randint(-9_000, 12_000 if hot else 8_000)))
+        queued = max(0, queued + rng.randint(-2, 4 if hot else 1))
+        if rng.random() < 0.1:
+            w.line(
+                f"{stamp} Prefill batch, #new-seq: {rng.randint(1, 8)}, #new-token: "
+                f"{rng.randint(500, 8000)}, #cached-token: {rng.randint(0, 4000)}, token usage: "
+                f"{tokens / total:.2f}, #running-req: {running}, #queue-req: {queued}, "
+            )
+        if hot and tokens >= total * 0.97 and rng.random() < 0.2:
+            retracted = rng.randint(1, 4)
+            running -= retracted
+            tokens = int(total * 0.8)
+            w.line(
+                f"{stamp} KV cache pool is full. Retract requests. #retracted_reqs: {retracted}, "
+                f"#new_token_ratio: 0.7000 -> 0.9000"
+            )
+        w.line(
+            f"{stamp} Decode batch, #running-req: {running}, #token: {tokens}, token usage: "
+            f"{tokens / total:.2f}, cuda graph: True, gen throughput (token/s): "
+            f"{rng.uniform(100, 3000):.2f}, #queue-req: {queued}, "
+        )
+    w.flush()
+    return w.written
+
+
+PROFILES = {"vllm": generate, "sglang-dense": generate_dense}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=parse_size, default=parse_size("100MiB"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="vllm")
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
     with args.output.open("wb") as f:
-        n = generate(f, args.size, args.seed)
+        n = PROFILES[args.profile](f, args.size, args.seed)
     print(f"wrote {n} bytes to {args.output}", file=sys.stderr)
     return 0
 

@@ -1,6 +1,6 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
-    python bench/run.py [--sizes 100MiB,1GiB] [--jobs 1,2] [--repeat 3]
+    python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--jobs 1,2] [--repeat 3]
                         [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -11,6 +11,9 @@ Rows:
 - per size: `grep -E -c`: GNU grep, LC_ALL=C, the alternation of the same literal set.
 - `analyze`: `python -m preemptdiag analyze FILE --format json --jobs N`, end to end.
   When the command fails (the CLI still being built), the row says so.
+- `SIZE dense` (`--dense`, default 10MiB): an SGLang log with request logging off,
+  where nearly every line is a signal line (bench/generate.py --profile sglang-dense).
+  Bytes are not the cost there: every line is matched, parsed and kept as an event.
 - `scan (ENGINE)`: the prefilter alone (iter_blocks + LineFinder + number_lines, over
   `split_ranges` parts in N processes), in a child process. By default only the
   engine `analyze` uses (the fastest installed); `--engines` times others too. The
@@ -28,6 +31,7 @@ seconds. The scan rows also check that the candidate-line count equals grep's co
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -45,7 +49,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from generate import generate, parse_size  # noqa: E402
+from generate import PROFILES, parse_size  # noqa: E402
 
 # Used while signatures/ holds too few literals to be representative.
 FALLBACK_LITERALS = (
@@ -109,12 +113,12 @@ def ere(literals: Sequence[str]) -> str:
     return "|".join("".join("\\" + c if c in _ERE_SPECIAL else c for c in lit) for lit in literals)
 
 
-def ensure_file(directory: Path, size: int) -> Path:
-    path = directory / f"vllm-{size}-seed0.log"
+def ensure_file(directory: Path, size: int, profile: str = "vllm") -> Path:
+    path = directory / f"{profile}-{size}-seed0.log"
     if not path.exists():
         tmp = path.with_suffix(".part")
         with tmp.open("wb") as f:
-            generate(f, size, seed=0)
+            PROFILES[profile](f, size, 0)
         tmp.replace(path)  # a killed run never leaves a half file to reuse
     with path.open("rb") as f:  # into the page cache
         while f.read(16 << 20):
@@ -233,6 +237,11 @@ def _fmt_size(n: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="preemptdiag benchmark")
     ap.add_argument("--sizes", default="100MiB,1GiB")
+    ap.add_argument(
+        "--dense",
+        default="10MiB",
+        help="sizes of the SGLang log with request logging off (every line a signal line)",
+    )
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", help="prefilter engines to time (default: the one auto picks)")
@@ -252,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = [f"literal set: {origin}"]
     args.dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LC_ALL="C", PYTHONPATH=str(REPO))
+    # Time what an installed copy runs: pip writes bytecode at install. Some shells
+    # set PYTHONDONTWRITEBYTECODE, and compiling every module per run adds ~60 ms.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(REPO / "preemptdiag", quiet=1)
     from preemptdiag.prefilter import available_engines
 
     engines = args.engines.split(",") if args.engines else available_engines()[:1]
@@ -265,18 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for c, r in zip(startup, best_interleaved(startup, max(args.repeat, 5)), strict=True):
         rows.append(("start-up", c.tool, "1", r.seconds, float("nan"), r.rss_mib, "-"))
-    for size_text in args.sizes.split(","):
+    todo = [(s, "vllm") for s in args.sizes.split(",") if s]
+    todo += [(s, "sglang-dense") for s in args.dense.split(",") if s]
+    for size_text, profile in todo:
         size = parse_size(size_text)
-        path = ensure_file(args.dir, size)
+        path = ensure_file(args.dir, size, profile)
         real = path.stat().st_size
-        label = _fmt_size(size)
+        label = _fmt_size(size) + (" dense" if profile != "vllm" else "")
         cmds: list[Timed] = []
         if grep:
             cmds.append(Timed("grep -E -c", 1, [grep, "-E", "-c", ere(literals), str(path)], env))
         for jobs in jobs_list:
             analyze = [*py, "analyze", str(path), "--format", "json", "--jobs", str(jobs)]
             cmds.append(Timed("analyze", jobs, analyze, env))
-            for engine in engines:
+            for engine in engines if profile == "vllm" else ():
                 scan = [
                     sys.executable,
                     str(HERE / "run.py"),

@@ -1,6 +1,36 @@
 from datetime import UTC, datetime, timedelta, timezone
 
-from preemptdiag.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from preemptdiag.timeparse import YearTracker, _date_time, parse_any, parse_iso, parse_month_day
+
+
+def _strptime_or_none(s: str) -> datetime | None:
+    try:
+        return datetime.strptime(s.replace("T", " "), "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789-: T+", min_size=17, max_size=21),
+        st.builds(
+            lambda i, c: "2025-11-02 09:58:06"[:i] + c + "2025-11-02 09:58:06"[i + 1 :],
+            st.integers(0, 18),
+            st.sampled_from("0123456789-: T+x\u0663"),
+        ),
+    )
+)
+@example("2025-02-30 09:58:06")  # impossible date
+@example("+025-11-02 09:58:06")  # int() takes a sign, strptime does not
+@example("2025-11-02 09:58: 6")  # nor a space
+@example("2025-11-02 09:58:0\u0663")  # nor, here, a non-ASCII digit
+@example("2024-02-29T23:59:59")
+def test_date_time_fast_path_agrees_with_strptime(s: str) -> None:
+    assert _date_time(s) == _strptime_or_none(s)
 
 
 def test_parse_iso_forms():
