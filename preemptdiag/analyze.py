@@ -23,6 +23,7 @@ from preemptdiag.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.errors import DiagError
 from preemptdiag.events import TimeContext, build_events, detect_engine
 from preemptdiag.knobs import read_facts
+from preemptdiag.limits import too_many
 from preemptdiag.parallel import can_split, scan_parallel
 from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
 from preemptdiag.records import (
@@ -59,6 +60,7 @@ class Options:
     jobs: int = 1
     redact: bool = True
     strict: bool = False
+    max_events: int | None = None  # signal lines kept at most (limits.py); None: no limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +79,26 @@ def scan_sources(
     jobs: int,
     progress: ProgressFactory | None = None,
     while_waiting: Callable[[], None] | None = None,
+    max_hits: int | None = None,
 ) -> list[ScanResult]:
     """Scan every source; big files split over `jobs` processes, which run
-    `while_waiting` (once) in the parent while they work."""
+    `while_waiting` (once) in the parent while they work. More than `max_hits`
+    hits in all is a DiagError (limits.py)."""
     matcher = Matcher(sigs)
-    results = []
+    results: list[ScanResult] = []
+    kept = 0
     for src in sources:
         start = partial(progress, src.size) if progress and src.size else None
+        left = None if max_hits is None else max_hits - kept
         if can_split(src, jobs):
-            results.append(scan_parallel(src, matcher, jobs, start, while_waiting))
+            result = scan_parallel(src, matcher, jobs, start, while_waiting, left)
             while_waiting = None
         else:
-            results.append(scan_fast(src, matcher, progress=start() if start else None))
+            result = scan_fast(src, matcher, progress=start() if start else None, max_hits=left)
+        kept += len(result.hits)
+        if max_hits is not None and kept > max_hits:
+            raise too_many(src.name, max_hits)
+        results.append(result)
     return results
 
 
@@ -248,10 +258,10 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     if any(can_split(s, opts.jobs) for s in logs):
         # Workers scan; the idle parent imports polars meanwhile (no thread may
         # run while it forks).
-        results = scan_sources(logs, sigs, opts.jobs, progress, _import_polars)
+        results = scan_sources(logs, sigs, opts.jobs, progress, _import_polars, opts.max_events)
     else:
         with _in_background(_import_polars):
-            results = scan_sources(logs, sigs, opts.jobs, progress)
+            results = scan_sources(logs, sigs, opts.jobs, progress, max_hits=opts.max_events)
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]

@@ -156,10 +156,12 @@ def _build_options(
     no_redact: bool,
     strict: bool,
     config: Path | None,
+    max_events: int | None = None,
 ) -> Any:
     from preemptdiag.analyze import Options, default_jobs
     from preemptdiag.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
     from preemptdiag.events import TimeContext
+    from preemptdiag.limits import default_max_events
 
     cfg = load_config(config)
     win = parse_duration(window or cfg.window or "60s")
@@ -171,6 +173,8 @@ def _build_options(
         fo = DEFAULT_FAIL_ON
     if jobs is not None and jobs < 1:
         raise DiagError("--jobs must be at least 1")
+    if max_events is not None and max_events < 0:
+        raise DiagError("--max-events must be 0 (no limit) or more")
     return Options(
         files=tuple(files),
         window_seconds=win,
@@ -185,6 +189,7 @@ def _build_options(
         jobs=jobs if jobs is not None else default_jobs(),
         redact=not no_redact,
         strict=strict,
+        max_events=default_max_events() if max_events is None else (max_events or None),
     )
 
 
@@ -208,6 +213,14 @@ SinceOpt = Annotated[str | None, typer.Option("--since", help="Ignore events bef
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Ignore events at/after this time.")]
 JobsOpt = Annotated[
     int | None, typer.Option("--jobs", "-j", help="Worker processes (default: cores).")
+]
+MaxEventsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-events",
+        help="Stop past this many signal lines (default: what half the free memory holds; "
+        "0: no limit).",
+    ),
 ]
 NoRedactOpt = Annotated[bool, typer.Option("--no-redact", help="Do not redact secrets/prompts.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 2 when no evidence is found.")]
@@ -234,6 +247,7 @@ def analyze(
     since: SinceOpt = None,
     until: UntilOpt = None,
     jobs: JobsOpt = None,
+    max_events: MaxEventsOpt = None,
     no_redact: NoRedactOpt = False,
     strict: StrictOpt = False,
     quiet: Annotated[
@@ -269,6 +283,7 @@ def analyze(
         no_redact,
         strict,
         config,
+        max_events,
     )
     outcome = run_analysis(opts, progress=_progress_factory(not quiet))
     if quiet:

@@ -60,7 +60,13 @@ def _count_progress(n: int) -> None:
 
 def _scan_part(args: tuple[Source, tuple[int, int]]) -> ScanResult:
     src, byte_range = args
-    return scan_fast(src, _INHERITED["matcher"], _count_progress, byte_range=byte_range)
+    return scan_fast(
+        src,
+        _INHERITED["matcher"],
+        _count_progress,
+        byte_range=byte_range,
+        max_hits=_INHERITED["max_hits"],
+    )
 
 
 def scan_parallel(
@@ -69,12 +75,14 @@ def scan_parallel(
     jobs: int,
     start_progress: Callable[[], ProgressFn | None] | None = None,
     while_waiting: Callable[[], None] | None = None,
+    max_hits: int | None = None,
 ) -> ScanResult:
     """Scan `src` in up to `jobs` processes and merge the parts in file order.
 
     The result is exactly what one scan_fast over the whole file returns: ranges
     start on line starts, and a range's last line reads the next range's first
-    line when it must rejoin a hard-wrapped record.
+    line when it must rejoin a hard-wrapped record. Each part stops past
+    `max_hits`; the caller checks the merged total.
     """
     assert src.path is not None
     # More ranges than workers: a worker that finishes early takes the next one, so
@@ -83,7 +91,7 @@ def scan_parallel(
     ctx = multiprocessing.get_context("fork")
     matcher.finder()  # build the prefilter once, before the children copy it
     counter = ctx.Value("q", 0)
-    _INHERITED.update(matcher=matcher, counter=counter)
+    _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(ranges)), mp_context=ctx) as pool:
             futures = [pool.submit(_scan_part, (src, rng)) for rng in ranges]
@@ -99,6 +107,8 @@ def scan_parallel(
                     progress(counter.value - reported)
                     reported = counter.value
                 if any(f.exception() is not None for f in _done):
+                    for f in pending:
+                        f.cancel()  # ranges not started yet; running ones finish
                     break
             parts = [f.result() for f in futures]
     finally:

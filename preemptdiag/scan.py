@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import BinaryIO
 
+from preemptdiag.limits import too_many
 from preemptdiag.lines import (
     engine_ts_before,
     normalise,
@@ -342,7 +343,10 @@ def scan_fast(
     progress: ProgressFn | None = None,
     byte_range: tuple[int, int] | None = None,
     first_line: int = 1,
+    max_hits: int | None = None,
 ) -> ScanResult:
+    """Scan `src` (or `byte_range` of it); more than `max_hits` hits is a DiagError,
+    raised as soon as a block crosses it (see limits.py)."""
     result = ScanResult(source=src.name)
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
@@ -371,6 +375,8 @@ def scan_fast(
             result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
+            if max_hits is not None and len(result.hits) > max_hits:
+                raise too_many(src.name, max_hits)
             if progress is not None:
                 progress(size)
         if pending is not None:

@@ -227,6 +227,30 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
         assert needle in one_line_error(err)
 
 
+def test_more_signal_lines_than_memory_allows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Events cost memory per signal line, so the default limit follows free memory;
+    # --max-events sets it (tested small here), 0 lifts it.
+    p = tmp_path / "dense.log"
+    p.write_text("".join(V0_STATS.format(s=i) + "\n" for i in range(50)))
+    code, _, err = run(capsys, "analyze", "--max-events", "49", str(p))
+    assert code == 2
+    assert one_line_error(err) == (
+        f"preemptdiag: error: {p}: more than 49 signal lines (~0 MiB to hold them); cut the "
+        "log to the incident's time range first, or raise --max-events (0: no limit)"
+    )
+    code, doc = analyze_json(capsys, "--max-events", "50", str(p))
+    assert (code, doc["scan"]["lines_read"]) == (0, 50)
+    code, doc = analyze_json(capsys, "--max-events", "0", str(p))
+    assert (code, doc["scan"]["lines_read"]) == (0, 50)
+    code, _, err = run(capsys, "analyze", "--max-events", "-1", str(p))
+    assert (code, one_line_error(err)) == (
+        2,
+        "preemptdiag: error: --max-events must be 0 (no limit) or more",
+    )
+
+
 def test_stdin_given_twice(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
