@@ -20,28 +20,84 @@ DECODE = (
 )
 
 
-def meminfo(tmp_path: Path, available_kib: int | None) -> Path:
-    p = tmp_path / "meminfo"
+def machine(
+    root: Path,
+    available_kib: int | None,
+    cgroup: str = "",
+    files: dict[str, str] | None = None,
+) -> Path:
+    """A fake / with /proc/meminfo, /proc/self/cgroup and cgroup files under it."""
+    (root / "proc/self").mkdir(parents=True)
     lines = ["MemTotal:       25165824 kB"]
     if available_kib is not None:
         lines.append(f"MemAvailable:   {available_kib} kB")
-    p.write_text("\n".join(lines) + "\n")
-    return p
+    (root / "proc/meminfo").write_text("\n".join(lines) + "\n")
+    (root / "proc/self/cgroup").write_text(cgroup)
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+    return root
+
+
+GIB = 2**30
 
 
 def test_half_of_available_memory_at_3_kib_an_event(tmp_path: Path) -> None:
-    p = meminfo(tmp_path, 16 * 1024 * 1024)  # 16 GiB
-    assert available_bytes(p) == 16 * 2**30
-    assert default_max_events(p) == 16 * 2**30 // 2 // 3072  # 2,796,202
+    root = machine(tmp_path, 16 * 1024 * 1024)  # 16 GiB
+    assert available_bytes(root) == 16 * GIB
+    assert default_max_events(root) == 16 * GIB // 2 // 3072  # 2,796,202
 
 
 def test_a_busy_machine_still_reads_a_modest_log(tmp_path: Path) -> None:
-    assert default_max_events(meminfo(tmp_path, 100 * 1024)) == FLOOR
+    assert default_max_events(machine(tmp_path, 100 * 1024)) == FLOOR
 
 
 def test_without_meminfo(tmp_path: Path) -> None:
     assert default_max_events(tmp_path / "absent") == WITHOUT_MEMINFO
-    assert default_max_events(meminfo(tmp_path, None)) == WITHOUT_MEMINFO
+    assert default_max_events(machine(tmp_path, None)) == WITHOUT_MEMINFO
+
+
+def test_a_pod_sees_its_cgroup_v2_limit_not_the_host(tmp_path: Path) -> None:
+    root = machine(
+        tmp_path,
+        64 * 1024 * 1024,  # the host's 64 GiB
+        "0::/kubepods/pod1/c1\n",
+        {
+            "sys/fs/cgroup/kubepods/pod1/c1/memory.max": str(4 * GIB),
+            "sys/fs/cgroup/kubepods/pod1/c1/memory.current": str(1 * GIB),
+        },
+    )
+    assert available_bytes(root) == 3 * GIB
+
+
+def test_cgroup_v1_namespaced_root_and_unlimited(tmp_path: Path) -> None:
+    limited = machine(
+        tmp_path / "a",
+        64 * 1024 * 1024,
+        "5:cpu:/\n4:memory:/\n",
+        {
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": str(2 * GIB),
+            "sys/fs/cgroup/memory/memory.usage_in_bytes": str(GIB // 2),
+        },
+    )
+    assert available_bytes(limited) == GIB + GIB // 2
+    unlimited = machine(
+        tmp_path / "b",
+        8 * 1024 * 1024,
+        "4:memory:/x\n",
+        {
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712",
+            "sys/fs/cgroup/memory/memory.usage_in_bytes": str(GIB),
+        },
+    )
+    assert available_bytes(unlimited) == 8 * GIB
+    v2_max = machine(
+        tmp_path / "c",
+        8 * 1024 * 1024,
+        "0::/\n",
+        {"sys/fs/cgroup/memory.max": "max", "sys/fs/cgroup/memory.current": "1"},
+    )
+    assert available_bytes(v2_max) == 8 * GIB
 
 
 def test_message_sizes_what_the_limit_holds() -> None:
