@@ -61,6 +61,7 @@ class Options:
     redact: bool = True
     strict: bool = False
     max_events: int | None = None  # signal lines kept at most (limits.py); None: no limit
+    rollup: bool = True  # merge stats lines per stream and minute when exact (rollup.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ def scan_sources(
     progress: ProgressFactory | None = None,
     while_waiting: Callable[[], None] | None = None,
     max_hits: int | None = None,
+    rollup: bool = False,
 ) -> list[ScanResult]:
     """Scan every source; big files split over `jobs` processes, which run
     `while_waiting` (once) in the parent while they work. More than `max_hits`
@@ -91,10 +93,11 @@ def scan_sources(
         start = partial(progress, src.size) if progress and src.size else None
         left = None if max_hits is None else max_hits - kept
         if can_split(src, jobs):
-            result = scan_parallel(src, matcher, jobs, start, while_waiting, left)
+            result = scan_parallel(src, matcher, jobs, start, while_waiting, left, rollup)
             while_waiting = None
         else:
-            result = scan_fast(src, matcher, progress=start() if start else None, max_hits=left)
+            progress_fn = start() if start else None
+            result = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
         kept += len(result.hits)
         if max_hits is not None and kept > max_hits:
             raise too_many(src.name, max_hits)
@@ -255,13 +258,18 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     sources = [open_source(f) for f in opts.files]
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
+    rollup = opts.rollup and _rollup_exact(opts)
     if any(can_split(s, opts.jobs) for s in logs):
         # Workers scan; the idle parent imports polars meanwhile (no thread may
         # run while it forks).
-        results = scan_sources(logs, sigs, opts.jobs, progress, _import_polars, opts.max_events)
+        results = scan_sources(
+            logs, sigs, opts.jobs, progress, _import_polars, opts.max_events, rollup
+        )
     else:
         with _in_background(_import_polars):
-            results = scan_sources(logs, sigs, opts.jobs, progress, max_hits=opts.max_events)
+            results = scan_sources(
+                logs, sigs, opts.jobs, progress, max_hits=opts.max_events, rollup=rollup
+            )
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]
@@ -317,6 +325,23 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         tool_version=__version__,
     )
     return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
+
+
+def _rollup_exact(opts: Options) -> bool:
+    """Whether a clock minute always falls in one window and on one side of
+    --since/--until, so merging a minute's stats lines changes no result."""
+
+    def on_minute(t: datetime | None) -> bool:
+        return t is None or (t.second == 0 and t.microsecond == 0)
+
+    # A fixed zone must be whole minutes; named zones have been since 1972.
+    offset = opts.time.tz.utcoffset(None)
+    return (
+        opts.window_seconds % 60 == 0
+        and on_minute(opts.since)
+        and on_minute(opts.until)
+        and (offset is None or offset.total_seconds() % 60 == 0)
+    )
 
 
 def _read_text(src: Source) -> str:

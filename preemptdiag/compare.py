@@ -15,7 +15,8 @@ from enum import StrEnum
 
 from preemptdiag.analyze import Options, Outcome, run_analysis
 from preemptdiag.knobs import read_facts
-from preemptdiag.records import Kind
+from preemptdiag.records import Event, Kind
+from preemptdiag.rollup import AGG_FIELDS, number
 
 
 class Change(StrEnum):
@@ -51,22 +52,37 @@ class Comparison:
     why: str
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+class _Values:
+    """Sum, count and maximum of one field over stats lines (rollups included)."""
+
+    def __init__(self, stats: Sequence[Event], key: str) -> None:
+        self.total, self.n = 0.0, 0
+        self.top: float | None = None
+        i = AGG_FIELDS.index(key)
+        for e in stats:
+            if e.rollup is not None:
+                total, n, top = e.rollup.sums[i], e.rollup.counts[i], e.rollup.maxes[i]
+            else:
+                v = number(e.fields.get(key))
+                total, n, top = (v or 0.0), (0 if v is None else 1), v
+            self.total += total
+            self.n += n
+            if top is not None and (self.top is None or top > self.top):
+                self.top = top
+
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
 
 
 def summarize(outcome: Outcome, files: Sequence[str]) -> Side:
     evs = outcome.events
     stats = [e for e in evs if e.kind is Kind.STATS]
     times = [e.ts for e in evs if e.ts is not None]
+    times += [e.rollup.last.ts for e in stats if e.rollup and e.rollup.last.ts is not None]
     minutes = (max(times) - min(times)).total_seconds() / 60.0 if len(times) > 1 else None
     pre = float(sum(e.preemptions for e in evs))
-
-    def vals(key: str) -> list[float]:
-        return [float(v) for e in stats if isinstance(v := e.fields.get(key), int | float)]
-
-    kv = vals("kv_usage")
-    waiting = vals("waiting")
+    kv = _Values(stats, "kv_usage")
+    waiting = _Values(stats, "waiting")
     completed = None
     succ = [e for e in evs if e.sig == "prometheus.request_success_total"]
     if len(succ) >= 2:
@@ -79,12 +95,12 @@ def summarize(outcome: Outcome, files: Sequence[str]) -> Side:
         minutes=round(minutes, 2) if minutes else None,
         preemptions=pre,
         preemptions_per_min=round(pre / minutes, 2) if minutes else None,
-        kv_mean=_mean(kv),
-        kv_max=max(kv) if kv else None,
-        waiting_mean=_mean(waiting),
-        waiting_max=int(max(waiting)) if waiting else None,
-        prompt_tput=_mean(vals("prompt_tput")),
-        gen_tput=_mean(vals("gen_tput")),
+        kv_mean=kv.mean(),
+        kv_max=kv.top,
+        waiting_mean=waiting.mean(),
+        waiting_max=int(waiting.top) if waiting.top is not None else None,
+        prompt_tput=_Values(stats, "prompt_tput").mean(),
+        gen_tput=_Values(stats, "gen_tput").mean(),
         completed=completed,
         knobs=dict(read_facts(evs).knobs),
     )

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 
-from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind
+from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
+from preemptdiag.rollup import map_rollup, member_time, stats_preemptions
 from preemptdiag.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
 
 
@@ -142,7 +143,11 @@ def resolve_times(
         out.append((h, ts))
     # Year-less stamps taken from mtime: a log cannot end after the file was written.
     if ctx.year is None and mtime is not None:
-        dated = [t for h, t in out if t is not None and not _has_own_year(h)]
+        dated = [
+            (member_time(h.rollup.last, h, t) or t) if h.rollup else t
+            for h, t in out
+            if t is not None and not _has_own_year(h)
+        ]
         if dated and max(dated) > mtime + timedelta(days=2):
             out = [
                 (h, _minus_year(t) if t is not None and not _has_own_year(h) else t) for h, t in out
@@ -152,10 +157,17 @@ def resolve_times(
     # errors); the ones before the first stamp take the first.
     first = next((t for _, t in out if t is not None), None)
     filled: list[tuple[Hit, datetime | None]] = []
-    last = first
+    last, last_line = first, 0
+    # The last line of a rollup (rollup.py) comes after its carrier in the file: an
+    # unstamped line after it takes its time (the sink closed the rollup there).
+    member: tuple[int, datetime | None] = (0, None)
     for h, t in out:
         if t is not None:
-            last = t
+            last, last_line = t, h.line
+            if h.rollup and h.rollup.last.line > member[0]:
+                member = (h.rollup.last.line, member_time(h.rollup.last, h, t))
+        elif last_line < member[0] < h.line:
+            t = member[1]
         filled.append((h, t if t is not None else last))
     return filled
 
@@ -252,15 +264,7 @@ def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Eve
             else:
                 n, lower = 1, True
         elif h.kind is Kind.STATS:
-            p = f.get("preemptions")
-            if isinstance(p, int) and p > 0:
-                n = p
-            pr = f.get("preempted_reqs")
-            if isinstance(pr, int) and pr > 0 and n == 0:
-                n, lower = pr, True
-            r = f.get("retracted_reqs")
-            if isinstance(r, int) and r > 0 and n == 0:
-                n = r
+            n, lower = (h.rollup.preemptions, h.rollup.lower) if h.rollup else stats_preemptions(f)
         kind = h.kind
         if kind is Kind.CAPACITY and _no_kv_room(f):
             # "# GPU blocks: 0" / a zero or negative KV size: start-up cannot serve.
@@ -280,9 +284,37 @@ def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Eve
                 preemptions=n * max(h.repeat, 1),
                 lower_bound=lower,
                 repeat=h.repeat,
+                rollup=_member_events(h, ts, replica) if h.rollup else None,
             )
         )
     return out
+
+
+def _member_events(h: Hit, ts: datetime | None, replica: str) -> Rollup[Event]:
+    """The rollup's member lines as events of their own (evidence, ordering)."""
+    assert h.rollup is not None
+    made: dict[int, Event] = {}  # one event per line, however many roles it has
+
+    def event(m: Hit) -> Event:
+        if id(m) in made:
+            return made[id(m)]
+        n, lower = stats_preemptions(m.fields)
+        made[id(m)] = Event(
+            source=m.source,
+            line=m.line,
+            sig=m.sig,
+            kind=m.kind,
+            ts=member_time(m, h, ts),
+            fields=m.fields,
+            text=m.text,
+            proc=m.proc,
+            replica=replica,
+            preemptions=n,
+            lower_bound=lower,
+        )
+        return made[id(m)]
+
+    return map_rollup(h.rollup, event)
 
 
 def _no_kv_room(f: Mapping[str, FieldValue]) -> bool:
@@ -301,14 +333,14 @@ def detect_engine(events: Sequence[Event]) -> EngineInfo:
     for e in events:
         eng = e.fields.get("engine")
         if isinstance(eng, str) and eng in ("vllm", "sglang"):
-            engines[eng] += 1
+            engines[eng] += e.lines
         elif e.sig.startswith("vllm."):
-            engines["vllm"] += 1
+            engines["vllm"] += e.lines
         elif e.sig.startswith("sglang."):
-            engines["sglang"] += 1
+            engines["sglang"] += e.lines
         gen = e.fields.get("generation")
         if isinstance(gen, str) and gen in ("v0", "v1"):
-            gens[gen] += 1
+            gens[gen] += e.lines
         v = e.fields.get("version")
         if isinstance(v, str) and v and version is None:
             version = v.lstrip("v")

@@ -1,9 +1,10 @@
-"""How many signal lines one run may keep, so a log never runs the machine out of memory.
+"""How many events one run may keep, so a log never runs the machine out of memory.
 
-Memory is flat in bytes read but not in signal lines: each becomes an event (its text,
-fields and stamp) and a row of the windows table, ~2.2-2.6 KB measured on vLLM and
-SGLang logs (bench/README.md). A log where nearly every line is a signal line (SGLang
-batch lines twice a second, days of them) would otherwise grow without bound.
+Memory is flat in bytes read, and stats lines are merged per stream and clock minute
+(rollup.py), but every other signal line is an event of its own (its text, fields and
+stamp, and a row of the windows table: ~2.2-2.6 KB measured, bench/README.md). A log
+dense in such lines (or in stats lines without a usable stamp) could otherwise grow
+without bound.
 """
 
 from __future__ import annotations
@@ -89,6 +90,6 @@ def too_many(name: str, limit: int) -> DiagError:
     need = limit * BYTES_PER_EVENT
     size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.0f} MiB"
     return DiagError(
-        f"{name}: more than {limit:,} signal lines (~{size} to hold them); cut the log "
+        f"{name}: more than {limit:,} signal events (~{size} to hold them); cut the log "
         "to the incident's time range first, or raise --max-events (0: no limit)"
     )

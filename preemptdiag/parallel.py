@@ -22,6 +22,8 @@ from dataclasses import replace
 from typing import Any
 
 from preemptdiag.prefilter import split_ranges
+from preemptdiag.records import Hit
+from preemptdiag.rollup import map_rollup
 from preemptdiag.scan import Matcher, ProgressFn, ScanResult, scan_fast
 from preemptdiag.sources import Source
 
@@ -66,6 +68,7 @@ def _scan_part(args: tuple[Source, tuple[int, int]]) -> ScanResult:
         _count_progress,
         byte_range=byte_range,
         max_hits=_INHERITED["max_hits"],
+        rollup=_INHERITED["rollup"],
     )
 
 
@@ -76,6 +79,7 @@ def scan_parallel(
     start_progress: Callable[[], ProgressFn | None] | None = None,
     while_waiting: Callable[[], None] | None = None,
     max_hits: int | None = None,
+    rollup: bool = False,
 ) -> ScanResult:
     """Scan `src` in up to `jobs` processes and merge the parts in file order.
 
@@ -91,7 +95,7 @@ def scan_parallel(
     ctx = multiprocessing.get_context("fork")
     matcher.finder()  # build the prefilter once, before the children copy it
     counter = ctx.Value("q", 0)
-    _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits)
+    _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(ranges)), mp_context=ctx) as pool:
             futures = [pool.submit(_scan_part, (src, rng)) for rng in ranges]
@@ -116,12 +120,21 @@ def scan_parallel(
     return merge(src.name, parts)
 
 
+def _shifted(h: Hit, offset: int) -> Hit:
+    """`h` with its line numbers (and its rollup members') counted from the file start.
+    A rollup cut by a range boundary stays two rollups: windows add them up."""
+    if h.rollup is None:
+        return replace(h, line=h.line + offset)
+    rollup = map_rollup(h.rollup, lambda m: replace(m, line=m.line + offset))
+    return replace(h, line=h.line + offset, rollup=rollup)
+
+
 def merge(name: str, parts: list[ScanResult]) -> ScanResult:
     """One result from the results of consecutive byte ranges, in file order."""
     merged = ScanResult(source=name)
     offset = 0
     for part in parts:
-        merged.hits.extend(replace(h, line=h.line + offset) for h in part.hits)
+        merged.hits.extend(_shifted(h, offset) for h in part.hits)
         offset += part.lines_read
         merged.lines_read += part.lines_read
         merged.bytes_read += part.bytes_read

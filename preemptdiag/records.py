@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 FieldValue = int | float | str | None
+T = TypeVar("T")
 
 
 class Kind(StrEnum):
@@ -48,6 +49,27 @@ class Confidence(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Rollup(Generic[T]):
+    """Further stats lines merged into the hit or event that carries this (rollup.py).
+
+    `sums`, `counts` and `maxes` follow rollup.AGG_FIELDS over all `n` lines, the
+    carrier included; the members are the lines evidence and ordering can need."""
+
+    n: int
+    preemptions: int  # as events.py counts stats lines, summed
+    lower: bool
+    sums: tuple[float, ...]
+    counts: tuple[int, ...]
+    maxes: tuple[float | None, ...]
+    waiting_pos: int  # lines with Waiting > 0
+    peak_kv: float  # highest KV usage (-1: none)
+    peak_running: int | None  # fewest running requests on a line at peak_kv
+    last: T
+    peak_first: T  # first line with the highest (KV usage, preemptions)
+    preempting: tuple[T, ...]  # the first two lines that preempted
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One signature match on one physical line (or a rejoined wrapped line)."""
 
@@ -63,6 +85,7 @@ class Hit:
     repeat: int = 1  # Ray "[repeated Nx across cluster]" multiplier
     pod: str | None = None  # kubectl --prefix "pod/<name>/<container>"
     uptime: float | None = None  # dmesg uptime printed beside a dated stamp (boot time)
+    rollup: Rollup[Hit] | None = None  # later stats lines of the same stream and minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +104,12 @@ class Event:
     preemptions: int = 0  # preemptions attributed to this event (deltas)
     lower_bound: bool = False  # the count is a lower bound (sampled warning)
     repeat: int = 1
+    rollup: Rollup[Event] | None = None  # later stats lines of the same stream and minute
+
+    @property
+    def lines(self) -> int:
+        """How many log lines this event stands for."""
+        return self.rollup.n if self.rollup else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +144,7 @@ class Window:
     cls: Class = Class.HEALTHY
     confidence: Confidence = Confidence.LOW
     why: str = ""
-    kv_peak_running: int | None = None  # Running on the stats line with the highest KV
+    kv_peak_running: int | None = None  # fewest Running on a stats line at the highest KV
     waiting_share: float | None = None  # fraction of stats lines with Waiting > 0
 
 

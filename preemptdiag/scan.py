@@ -30,6 +30,7 @@ from preemptdiag.prefilter import (
     number_lines,
 )
 from preemptdiag.records import Hit
+from preemptdiag.rollup import RollupSink
 from preemptdiag.signatures import Signature
 from preemptdiag.sources import Source, open_binary, was_truncated
 
@@ -64,6 +65,19 @@ class ScanResult:
     bytes_read: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     recognised: Counter[str] = field(default_factory=Counter)
+    # Set while scanning with rollups on (rollup.py); closed before the result leaves.
+    sink: RollupSink | None = None
+
+    def add(self, hit: Hit) -> None:
+        if self.sink is None:
+            self.hits.append(hit)
+        else:
+            self.sink.add(hit)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None
 
 
 class Matcher:
@@ -239,7 +253,7 @@ class Matcher:
                 taken.append((start, end, sig))
                 found = True
                 proc = proc_before(text, start) or sglang_rank(rank)
-                result.hits.append(
+                result.add(
                     Hit(
                         source=source,
                         line=lineno,
@@ -344,10 +358,14 @@ def scan_fast(
     byte_range: tuple[int, int] | None = None,
     first_line: int = 1,
     max_hits: int | None = None,
+    rollup: bool = False,
 ) -> ScanResult:
     """Scan `src` (or `byte_range` of it); more than `max_hits` hits is a DiagError,
-    raised as soon as a block crosses it (see limits.py)."""
+    raised as soon as a block crosses it (see limits.py). With `rollup`, stats lines
+    of one stream and clock minute come back merged (rollup.py)."""
     result = ScanResult(source=src.name)
+    if rollup:
+        result.sink = RollupSink(result.hits, {})
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
@@ -387,6 +405,7 @@ def scan_fast(
             matcher.match(src.name, pending[0], pending[1], last, result)
         if was_truncated(f):
             result.skipped[TRUNCATED] += 1
+    result.close()
     return result
 
 

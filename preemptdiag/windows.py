@@ -6,12 +6,13 @@ Polars holds the (small) events table, never raw lines (design.md section 5).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from preemptdiag.config import Thresholds
 from preemptdiag.records import Event, Kind, Window
+from preemptdiag.rollup import AGG_FIELDS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -23,15 +24,35 @@ _COLUMNS = {
     "replica": "Utf8",
     "wstart": "Int64",
     "kind": "Utf8",
+    "source": "Utf8",
+    "lines": "Int64",  # log lines the row stands for (a rollup: many)
+    "stats_lines": "Int64",
     "preemptions": "Float64",
     "lower": "Boolean",
     "cumulative": "Int64",
-    "kv": "Float64",
-    "running": "Int64",
-    "waiting": "Int64",
-    "swapped": "Int64",
-    "prompt": "Float64",
-    "gen": "Float64",
+    "kv_max": "Float64",
+    "kv_sum": "Float64",
+    "kv_n": "Int64",
+    "running_max": "Int64",
+    "running_sum": "Float64",
+    "running_n": "Int64",
+    "waiting_first": "Int64",
+    "waiting_last": "Int64",
+    "waiting_max": "Int64",
+    "waiting_pos": "Int64",
+    "waiting_n": "Int64",
+    "swapped_first": "Int64",
+    "swapped_last": "Int64",
+    "swapped_max": "Int64",
+    "prompt_sum": "Float64",
+    "prompt_n": "Int64",
+    "gen_sum": "Float64",
+    "gen_n": "Int64",
+    # Order key (with source) of the row's last line.
+    "last_us": "Int64",
+    "last_line": "Int64",
+    "peak_kv": "Float64",  # highest KV usage (-1: none)
+    "peak_running": "Int64",  # fewest running on a line at peak_kv
 }
 
 
@@ -50,28 +71,103 @@ def window_start(ts: datetime | None, seconds: int) -> int | None:
     return epoch - epoch % seconds
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(ts: datetime | None) -> int | None:
+    return None if ts is None else (ts - _EPOCH) // timedelta(microseconds=1)
+
+
 def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
     """The events table, column by column: a list per column costs 8 bytes a cell,
-    where a dict per row would cost ~1 KB a row (measured: 30 MB on a 4 GiB log)."""
+    where a dict per row would cost ~1 KB a row (measured: 30 MB on a 4 GiB log).
+
+    A row is one event or one rollup of stats lines (rollup.py). It carries sums,
+    counts and maxima, its first and last values, and the order keys of its last
+    line, so the aggregation in build_windows gives what it gives line by line."""
     cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     put = {name: col.append for name, col in cols.items()}
     for i, e in enumerate(events):
-        f = e.fields
         is_stats = e.kind is Kind.STATS
+        last = e.rollup.last if e.rollup else e
         put["idx"](i)
         put["replica"](e.replica)
         put["wstart"](window_start(e.ts, seconds))
         put["kind"](e.kind.value)
+        put["source"](e.source)
+        put["lines"](e.lines)
+        put["stats_lines"](e.lines if is_stats else 0)
         put["preemptions"](float(e.preemptions))
         put["lower"](e.lower_bound)
-        put["cumulative"](_int(f.get("cumulative")))
-        put["kv"](_num(f.get("kv_usage")) if is_stats else None)
-        put["running"](_int(f.get("running")) if is_stats else None)
-        put["waiting"](_int(f.get("waiting")) if is_stats else None)
-        put["swapped"](_int(f.get("swapped")) if is_stats else None)
-        put["prompt"](_num(f.get("prompt_tput")) if is_stats else None)
-        put["gen"](_num(f.get("gen_tput")) if is_stats else None)
+        put["cumulative"](_int(e.fields.get("cumulative")))
+        for name, value in _stats_cells(e).items():
+            put[name](value)
+        put["last_us"](_micros(last.ts))
+        put["last_line"](last.line)
+        if e.rollup is not None:
+            put["peak_kv"](e.rollup.peak_kv)
+            put["peak_running"](e.rollup.peak_running)
+        else:
+            kv = _num(e.fields.get("kv_usage")) if is_stats else None
+            put["peak_kv"](-1.0 if kv is None else kv)
+            put["peak_running"](_int(e.fields.get("running")) if is_stats else None)
     return cols
+
+
+def _stats_cells(e: Event) -> dict[str, Any]:
+    """Sums, counts, maxima, first and last values of a stats line or rollup (the
+    same cells, empty, for other events)."""
+    n_fields = len(AGG_FIELDS)
+    maxes: tuple[float | None, ...]
+    if e.kind is not Kind.STATS:
+        sums, counts, maxes, pos = (0.0,) * n_fields, (0,) * n_fields, (None,) * n_fields, 0
+        first: Mapping[str, object] = {}
+        last: Mapping[str, object] = {}
+    elif e.rollup is None:
+        values = [_num(e.fields.get(k)) for k in AGG_FIELDS]
+        sums = tuple(v or 0.0 for v in values)
+        counts = tuple(0 if v is None else 1 for v in values)
+        maxes = tuple(values)
+        w = _int(e.fields.get("waiting"))
+        pos = 1 if w is not None and w > 0 else 0
+        first = last = e.fields
+    else:
+        r = e.rollup
+        sums, counts, maxes, pos = r.sums, r.counts, r.maxes, r.waiting_pos
+        # Every line of a rollup has the same fields present: its first and last
+        # values are its first and last line's.
+        first, last = e.fields, r.last.fields
+
+    def total(k: str) -> float | None:
+        i = AGG_FIELDS.index(k)
+        return sums[i] if counts[i] else None
+
+    def count(k: str) -> int:
+        return counts[AGG_FIELDS.index(k)]
+
+    def top(k: str) -> float | None:
+        return maxes[AGG_FIELDS.index(k)]
+
+    return {
+        "kv_max": top("kv_usage"),
+        "kv_sum": total("kv_usage"),
+        "kv_n": count("kv_usage"),
+        "running_max": _int(top("running")),
+        "running_sum": total("running"),
+        "running_n": count("running"),
+        "waiting_first": _int(first.get("waiting")),
+        "waiting_last": _int(last.get("waiting")),
+        "waiting_max": _int(top("waiting")),
+        "waiting_pos": pos,
+        "waiting_n": count("waiting"),
+        "swapped_first": _int(first.get("swapped")),
+        "swapped_last": _int(last.get("swapped")),
+        "swapped_max": _int(top("swapped")),
+        "prompt_sum": total("prompt_tput"),
+        "prompt_n": count("prompt_tput"),
+        "gen_sum": total("gen_tput"),
+        "gen_n": count("gen_tput"),
+    }
 
 
 def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> list[Window]:
@@ -84,28 +180,45 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
     schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
     df = pl.DataFrame(_columns(events, seconds), schema=schema)
     kind = pl.col("kind")
+
+    def ratio(num: str, den: str) -> pl.Expr:
+        # Rounded: partial sums (rollups) and line-by-line sums differ in the last
+        # bits, and no reading of a mean needs more than 6 decimals.
+        mean = pl.col(num).sum() / pl.col(den).sum()
+        return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
+
+    def last_by(col: str, *keys: str) -> pl.Expr:
+        # The value of the last line in log order: rows are in the order of their
+        # first line, but a rollup's last line can come after a later row's.
+        return pl.col(col).sort_by(list(keys), maintain_order=True).drop_nulls().last()
+
     agg = (
         df.group_by(["replica", "wstart"], maintain_order=True)
         .agg(
-            n_events=pl.len(),
-            n_stats=(kind == "stats").sum(),
+            n_events=pl.col("lines").sum(),
+            n_stats=pl.col("stats_lines").sum(),
             preemptions=pl.col("preemptions").sum(),
             lower=pl.col("lower").any(),
             max_cum=pl.col("cumulative").max(),
-            kv_max=pl.col("kv").max(),
-            kv_mean=pl.col("kv").mean(),
-            running_max=pl.col("running").max(),
-            running_mean=pl.col("running").mean(),
-            waiting_first=pl.col("waiting").drop_nulls().first(),
-            waiting_last=pl.col("waiting").drop_nulls().last(),
-            waiting_max=pl.col("waiting").max(),
-            waiting_share=(pl.col("waiting") > 0).mean(),
-            swapped_first=pl.col("swapped").drop_nulls().first(),
-            swapped_last=pl.col("swapped").drop_nulls().last(),
-            swapped_max=pl.col("swapped").max(),
-            prompt=pl.col("prompt").mean(),
-            gen=pl.col("gen").mean(),
-            peak_running=pl.col("running").sort_by(pl.col("kv").fill_null(-1.0)).last(),
+            kv_max=pl.col("kv_max").max(),
+            kv_mean=ratio("kv_sum", "kv_n"),
+            running_max=pl.col("running_max").max(),
+            running_mean=ratio("running_sum", "running_n"),
+            waiting_first=pl.col("waiting_first").drop_nulls().first(),
+            waiting_last=last_by("waiting_last", "last_us", "source", "last_line"),
+            waiting_max=pl.col("waiting_max").max(),
+            waiting_share=ratio("waiting_pos", "waiting_n"),
+            swapped_first=pl.col("swapped_first").drop_nulls().first(),
+            swapped_last=last_by("swapped_last", "last_us", "source", "last_line"),
+            swapped_max=pl.col("swapped_max").max(),
+            prompt=ratio("prompt_sum", "prompt_n"),
+            gen=ratio("gen_sum", "gen_n"),
+            # The fewest running on a line at the window's highest KV usage: KV ties
+            # are common at 99 %, and the fewest running is the largest footprint
+            # per request (what sizes --max-num-seqs), not an accident of order.
+            peak_running=pl.col("peak_running")
+            .filter(pl.col("peak_kv") == pl.col("peak_kv").max())
+            .min(),
             alloc=(kind == Kind.ALLOC_FAILURE.value).sum(),
             host=(kind == Kind.HOST_OOM.value).sum(),
             dead=(kind == Kind.ENGINE_DEAD.value).sum(),
@@ -214,6 +327,26 @@ _EVIDENCE_ORDER = {
 }
 
 
+def _log_order(e: Event) -> tuple[bool, datetime, str, int]:
+    return (e.ts is None, e.ts or _EPOCH, e.source, e.line)
+
+
+def _stats_lines(evs: Sequence[Event]) -> Iterator[Event]:
+    """The stats lines evidence can pick: plain ones, and a rollup's members that
+    could be its peak or among its first preempting lines."""
+    for e in evs:
+        if e.kind is not Kind.STATS:
+            continue
+        if e.rollup is None:
+            yield e
+        else:
+            seen: set[int] = set()
+            for m in (e.rollup.peak_first, *e.rollup.preempting):
+                if id(m) not in seen:
+                    seen.add(id(m))
+                    yield m
+
+
 def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
     """The lines that decide a window: failures first, then preemptions, then the
     stats line with the highest KV usage (and a preempting stats line)."""
@@ -224,7 +357,7 @@ def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
         if e.kind in (Kind.CAPACITY, Kind.CONFIG, Kind.CONTEXT):
             continue
         chosen.append(e)
-    stats = [e for e in evs if e.kind is Kind.STATS]
+    stats = sorted(_stats_lines(evs), key=_log_order)
     if stats:
         peak = max(stats, key=lambda e: (_num(e.fields.get("kv_usage")) or -1.0, e.preemptions))
         preempting = [e for e in stats if e.preemptions > 0 and e is not peak]

@@ -230,15 +230,16 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
 def test_more_signal_lines_than_memory_allows(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Events cost memory per signal line, so the default limit follows free memory;
-    # --max-events sets it (tested small here), 0 lifts it.
+    # Each signal line but stats lines (merged per minute) is an event that costs
+    # memory, so the default limit follows free memory; --max-events sets it (tested
+    # small here), 0 lifts it.
     p = tmp_path / "dense.log"
-    p.write_text("".join(V0_STATS.format(s=i) + "\n" for i in range(50)))
+    p.write_text("".join(V0_PREEMPT + "\n" for _ in range(50)))
     code, _, err = run(capsys, "analyze", "--max-events", "49", str(p))
     assert code == 2
     assert one_line_error(err) == (
-        f"preemptdiag: error: {p}: more than 49 signal lines (~0 MiB to hold them); cut the "
-        "log to the incident's time range first, or raise --max-events (0: no limit)"
+        f"preemptdiag: error: {p}: more than 49 signal events (~0 MiB to hold them); cut "
+        "the log to the incident's time range first, or raise --max-events (0: no limit)"
     )
     code, doc = analyze_json(capsys, "--max-events", "50", str(p))
     assert (code, doc["scan"]["lines_read"]) == (0, 50)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from preemptdiag.analyze import Options, run_analysis
@@ -82,12 +83,19 @@ def test_glued_stats_records_keep_their_own_time(tmp_path: Path) -> None:
     )
     p = tmp_path / "glued.log"
     p.write_text(rec.format(s=9, kv="91.6") + rec.format(s=19, kv="91.9") + "\n")
-    out = run_analysis(Options(files=(str(p),), jobs=1, time=TimeContext(year=2025)))
-    stats = [e for e in out.events if e.kind is Kind.STATS]
+    opts = Options(files=(str(p),), jobs=1, time=TimeContext(year=2025), rollup=False)
+    stats = [e for e in run_analysis(opts).events if e.kind is Kind.STATS]
     assert [(e.ts.second if e.ts else None, e.fields["kv_usage"], e.line) for e in stats] == [
         (9, 91.6, 1),
         (19, 91.9, 1),
     ]
+    # Rolled up (the default), the minute's two records are one event; its last
+    # member keeps its own time.
+    (rolled,) = run_analysis(replace(opts, rollup=True)).events
+    assert rolled.rollup is not None
+    assert (rolled.ts and rolled.ts.second, rolled.lines) == (9, 2)
+    last = rolled.rollup.last
+    assert (last.ts and last.ts.second, last.fields["kv_usage"], last.line) == (19, 91.9, 1)
 
 
 def test_hard_wrapped_stats_line_is_rejoined(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from preemptdiag.limits import (
 from preemptdiag.signatures import load
 from preemptdiag.sources import open_source
 
-DECODE = (
-    "[2025-11-02 09:58:{s:02d} TP0] Decode batch, #running-req: 10, #token: 9323, "
-    "token usage: 0.04, cuda graph: True, gen throughput (token/s): 158.09, #queue-req: 0, "
+RETRACT = (
+    "[2025-11-02 09:58:{s:02d} TP0] KV cache pool is full. Retract requests. "
+    "#retracted_reqs: 1, #new_token_ratio: 0.4512 -> 0.8127"
 )
 
 
@@ -102,14 +102,14 @@ def test_cgroup_v1_namespaced_root_and_unlimited(tmp_path: Path) -> None:
 
 def test_message_sizes_what_the_limit_holds() -> None:
     assert too_many("a.log", 1000).message == (
-        "a.log: more than 1,000 signal lines (~3 MiB to hold them); cut the log to the "
+        "a.log: more than 1,000 signal events (~3 MiB to hold them); cut the log to the "
         "incident's time range first, or raise --max-events (0: no limit)"
     )
     assert "(~5.7 GiB to hold them)" in too_many("a.log", 2_000_000).message
 
 
 def _dense(path: Path, n: int) -> Path:
-    path.write_text("".join(DECODE.format(s=i % 60) + "\n" for i in range(n)))
+    path.write_text("".join(RETRACT.format(s=i % 60) + "\n" for i in range(n)))
     return path
 
 
@@ -117,7 +117,7 @@ def test_limit_counts_across_files(tmp_path: Path) -> None:
     a, b = _dense(tmp_path / "a.log", 30), _dense(tmp_path / "b.log", 30)
     srcs = [open_source(str(a)), open_source(str(b))]
     assert [len(r.hits) for r in scan_sources(srcs, load(None), 1, max_hits=60)] == [30, 30]
-    with pytest.raises(DiagError, match=r"b\.log: more than 59 signal lines"):
+    with pytest.raises(DiagError, match=r"b\.log: more than 59 signal events"):
         scan_sources(srcs, load(None), 1, max_hits=59)
 
 
@@ -129,9 +129,9 @@ def test_limit_in_forked_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     src = open_source(str(path))
     assert parallel.can_split(src, 2)
     # Each worker holds a quarter or so, under the limit: the merged total trips it.
-    with pytest.raises(DiagError, match=r"big\.log: more than 300 signal lines"):
+    with pytest.raises(DiagError, match=r"big\.log: more than 300 signal events"):
         scan_sources([src], load(None), 2, max_hits=300)
     # One worker's range alone over the limit stops inside that worker.
-    with pytest.raises(DiagError, match=r"big\.log: more than 20 signal lines"):
+    with pytest.raises(DiagError, match=r"big\.log: more than 20 signal events"):
         scan_sources([src], load(None), 2, max_hits=20)
     assert len(scan_sources([src], load(None), 2, max_hits=400)[0].hits) == 400

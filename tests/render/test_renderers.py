@@ -602,3 +602,11 @@ def test_every_json_key_is_documented() -> None:
     ]
     keys = {k for o in objects for k in o}
     assert keys and all(f"`{k}`" in doc_text for k in keys), keys
+
+
+@pytest.mark.parametrize("make", [long_report, no_evidence_report, thrash_report])
+def test_json_windows_streamed_into_the_text_are_plain_json_dumps(make: Any) -> None:
+    from preemptdiag.render.json_format import report_dict
+
+    r = make()
+    assert render(r, Format.JSON) == json.dumps(report_dict(r), indent=2) + "\n"

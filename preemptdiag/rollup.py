@@ -1,0 +1,293 @@
+"""Stats lines of one stream and clock minute, merged as they are scanned.
+
+An event per stats line makes memory grow with the log's duration (SGLang prints a
+batch line twice a second: ~17 MiB per 10 MiB of log). Windows need only sums,
+maxima, the first and last values and a few evidence lines, so consecutive stats
+lines of one stream (same source, signature, process, pod and set of fields present)
+stamped within the same clock minute become one hit that carries those aggregates
+(`Rollup`) and the handful of lines evidence can pick: the last line, the first and
+the last line with the highest KV usage, the first two lines that preempted.
+
+Exactness: windows are multiples of 60 s (checked by the caller), so a clock minute
+never straddles two windows; stamps only move forward within a rollup, so line order
+is time order; every line of a rollup has the same fields present, so its first and
+last values are its first and last line's. Windows, rules and compare read the
+aggregates and give what they give line by line (tests/test_rollup.py holds the two
+paths to the same report).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TypeVar
+
+from preemptdiag.records import FieldValue, Hit, Kind, Rollup
+from preemptdiag.timeparse import parse_iso
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+# The fields windows and compare aggregate, in Rollup.sums/counts/maxes order.
+AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
+KV, RUNNING, WAITING = 0, 1, 2
+
+_ISO = re.compile(
+    r"(?P<minute>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}):(?P<sec>\d{2}(?:[.,]\d+)?)"
+    r"(?P<zone>Z|[+-]\d{2}:?\d{2})?"
+)
+_ENGINE = re.compile(r"(?P<minute>\d{2}-\d{2} \d{2}:\d{2}):(?P<sec>\d{2})")
+
+
+def stats_preemptions(f: Mapping[str, FieldValue]) -> tuple[int, bool]:
+    """Preemptions one stats line reports, and whether that is a lower bound."""
+    n, lower = 0, False
+    p = f.get("preemptions")
+    if isinstance(p, int) and p > 0:
+        n = p
+    pr = f.get("preempted_reqs")
+    if isinstance(pr, int) and pr > 0 and n == 0:
+        n, lower = pr, True
+    r = f.get("retracted_reqs")
+    if isinstance(r, int) and r > 0 and n == 0:
+        n = r
+    return n, lower
+
+
+def number(v: object) -> float | None:
+    """A field as windows aggregate it (bools and text are not numbers)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def stamp_parts(h: Hit) -> tuple[str, str] | None:
+    """(minute, seconds) of the stamp a hit will be timed by, when a rollup may use it:
+    an ISO/SQL wrapper stamp that parses, or a vLLM `MM-DD HH:MM:SS` engine stamp
+    (not Feb 29, whose year is unknown here)."""
+    if h.ts_wrapper:
+        kind, _, text = h.ts_wrapper.partition("|")
+        if kind not in ("iso", "sql"):
+            return None
+        m = _ISO.fullmatch(text)
+        if m is None or parse_iso(text) is None:
+            return None
+        return m["minute"] + (m["zone"] or ""), m["sec"]
+    if h.ts_engine:
+        m = _ENGINE.fullmatch(h.ts_engine)
+        if m is None or h.ts_engine.startswith("02-29"):
+            return None
+        try:
+            datetime(2001, int(h.ts_engine[:2]), int(h.ts_engine[3:5]))
+        except ValueError:
+            return None
+        return m["minute"], m["sec"]
+    return None
+
+
+def clock_key(h: Hit) -> tuple[str, str] | None:
+    """What a hit does to its source's clock when events.resolve_times times it: an
+    ISO/SQL wrapper stamp sets the date (and year), an engine stamp resolves its month
+    against the year tracker. None: not modelled (other wrappers), or no stamp at all
+    (the line takes the time of the line before it, which may be a rollup member)."""
+    if h.ts_wrapper:
+        kind, _, text = h.ts_wrapper.partition("|")
+        if kind in ("iso", "sql") and _ISO.fullmatch(text):
+            return "w", text[:10]
+        return None
+    if h.ts_engine:
+        return "e", h.ts_engine[:5]
+    return None
+
+
+def stream_key(h: Hit) -> tuple[object, ...] | None:
+    """Which open rollup a stats hit may join; None when it must stay a line."""
+    if h.kind is not Kind.STATS or h.repeat != 1 or h.uptime is not None or h.rollup:
+        return None
+    return (
+        h.sig,
+        h.proc,
+        h.pod,
+        (h.ts_wrapper or "").partition("|")[0],
+        tuple(v is None for v in h.fields.values()),
+        " llm_engine.py:" in h.text,  # rules.preemption_visibility reads it
+    )
+
+
+class Builder:
+    """An open rollup: the carrier (first line) and running aggregates."""
+
+    __slots__ = (
+        "carrier",
+        "clock",
+        "counts",
+        "last",
+        "lower",
+        "maxes",
+        "minute",
+        "n",
+        "peak_first",
+        "peak_first_key",
+        "peak_kv",
+        "peak_running",
+        "preempting",
+        "preemptions",
+        "sec",
+        "slot",
+        "sums",
+        "waiting_pos",
+    )
+
+    def __init__(self, slot: int, hit: Hit, minute: str, sec: str, clock: object) -> None:
+        self.slot = slot
+        self.minute = minute
+        self.clock = clock
+        self.carrier = hit
+        self.n = 0
+        self.preemptions = 0
+        self.lower = False
+        self.sums = [0.0] * len(AGG_FIELDS)
+        self.counts = [0] * len(AGG_FIELDS)
+        self.maxes: list[float | None] = [None] * len(AGG_FIELDS)
+        self.waiting_pos = 0
+        self.peak_first = hit
+        self.peak_first_key = (-2.0, -1)
+        self.peak_kv = -2.0
+        self.peak_running: int | None = None
+        self.preempting: list[Hit] = []
+        self.last = hit
+        self.sec = sec
+        self.add(hit, sec)
+
+    def accepts(self, minute: str, sec: str) -> bool:
+        return minute == self.minute and sec >= self.sec
+
+    def add(self, hit: Hit, sec: str) -> None:
+        self.n += 1
+        self.sec = sec
+        self.last = hit
+        n, lower = stats_preemptions(hit.fields)
+        self.preemptions += n
+        self.lower = self.lower or lower
+        values = [number(hit.fields.get(k)) for k in AGG_FIELDS]
+        for i, v in enumerate(values):
+            if v is not None:
+                self.sums[i] += v
+                self.counts[i] += 1
+                old = self.maxes[i]
+                self.maxes[i] = v if old is None or v > old else old
+        w = values[WAITING]
+        if w is not None and w > 0:
+            self.waiting_pos += 1
+        # windows._pick_evidence: the first line with the highest (KV or -1,
+        # preemptions), where a KV of 0 counts as -1 as it does there.
+        pick = (values[KV] or -1.0, n)
+        if pick > self.peak_first_key:
+            self.peak_first, self.peak_first_key = hit, pick
+        # windows' kv_peak_running: the fewest running on a line at the highest KV.
+        kv = values[KV]
+        filled = -1.0 if kv is None else kv
+        running = values[RUNNING]
+        run = None if running is None else int(running)
+        if filled > self.peak_kv:
+            self.peak_kv, self.peak_running = filled, run
+        elif (
+            filled == self.peak_kv
+            and run is not None
+            and (self.peak_running is None or run < self.peak_running)
+        ):
+            self.peak_running = run
+        if n > 0 and len(self.preempting) < 2:
+            self.preempting.append(hit)
+
+    def build(self) -> Hit:
+        if self.n == 1:
+            return self.carrier
+        rollup: Rollup[Hit] = Rollup(
+            n=self.n,
+            preemptions=self.preemptions,
+            lower=self.lower,
+            sums=tuple(self.sums),
+            counts=tuple(self.counts),
+            maxes=tuple(self.maxes),
+            waiting_pos=self.waiting_pos,
+            peak_kv=self.peak_kv,
+            peak_running=self.peak_running,
+            last=self.last,
+            peak_first=self.peak_first,
+            preempting=tuple(self.preempting),
+        )
+        return replace(self.carrier, rollup=rollup)
+
+
+@dataclass(slots=True)
+class RollupSink:
+    """Appends hits to `hits`, merging stats lines into per-stream rollups."""
+
+    hits: list[Hit]
+    open: dict[tuple[object, ...], Builder]
+
+    def add(self, hit: Hit) -> None:
+        clock = clock_key(hit)
+        if self.open:
+            # A member is timed from its carrier, as if the lines between left the
+            # clock as the carrier did: true while they stamp the same date (ISO) or
+            # month-day (engine). Any other line ends the open rollups it differs from
+            # (an unstamped one all of them: it is timed by the line before it, which
+            # events.resolve_times then finds among the closed rollups' last lines).
+            for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
+                ended = self.open.pop(k)
+                self.hits[ended.slot] = ended.build()
+        key = stream_key(hit)
+        parts = stamp_parts(hit) if key is not None else None
+        if key is None or parts is None:
+            self.hits.append(hit)
+            return
+        minute, sec = parts
+        b = self.open.get(key)
+        if b is not None and b.accepts(minute, sec):
+            b.add(hit, sec)
+            return
+        if b is not None:
+            self.hits[b.slot] = b.build()
+        self.open[key] = Builder(len(self.hits), hit, minute, sec, clock)
+        self.hits.append(hit)
+
+    def close(self) -> None:
+        for b in self.open.values():
+            self.hits[b.slot] = b.build()
+        self.open.clear()
+
+
+def map_rollup(r: Rollup[T], f: Callable[[T], U]) -> Rollup[U]:
+    return Rollup(
+        n=r.n,
+        preemptions=r.preemptions,
+        lower=r.lower,
+        sums=r.sums,
+        counts=r.counts,
+        maxes=r.maxes,
+        waiting_pos=r.waiting_pos,
+        peak_kv=r.peak_kv,
+        peak_running=r.peak_running,
+        last=f(r.last),
+        peak_first=f(r.peak_first),
+        preempting=tuple(f(m) for m in r.preempting),
+    )
+
+
+def member_time(member: Hit, carrier: Hit, carrier_ts: datetime | None) -> datetime | None:
+    """A member line's time, from the carrier's resolved one: the same clock minute
+    (and so the same year, date and zone) with the member's own seconds."""
+    if member is carrier or carrier_ts is None:
+        return carrier_ts
+    if member.ts_wrapper:
+        # ISO/SQL stamps carry their date: parse them (zone as the carrier got it).
+        dt = parse_iso(member.ts_wrapper.partition("|")[2])
+        if dt is None:
+            return carrier_ts
+        if member.ts_wrapper.startswith("sql|"):
+            dt = dt.replace(tzinfo=carrier_ts.tzinfo)
+        return dt
+    parts = stamp_parts(member)
+    return carrier_ts.replace(second=int(parts[1])) if parts else carrier_ts

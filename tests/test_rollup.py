@@ -1,0 +1,220 @@
+"""Stats lines merged per stream and minute (rollup.py) give the report line-by-line
+events give: every sample, the shared corpus, generated logs and adversarial stream
+interleavings go through both paths."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
+
+import preemptdiag.parallel as parallel
+from preemptdiag.analyze import Options, Outcome, run_analysis
+from preemptdiag.compare import summarize
+from preemptdiag.events import TimeContext
+from preemptdiag.records import Kind
+from preemptdiag.render.json_format import report_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPS = [
+    [ROOT / "samples/host_oom_incident" / n for n in ("engine.log", "dmesg.log", "describe.txt")],
+    [ROOT / "samples/v1_suspected_no_counter.log", *sorted((ROOT / "samples/scrapes").iterdir())],
+]
+
+
+def _run(files: list[Path], rollup: bool, **kw: Any) -> Outcome:
+    kw.setdefault("time", TimeContext(year=2025))
+    return run_analysis(Options(files=tuple(str(f) for f in files), rollup=rollup, **kw))
+
+
+def _same_summary(a: Outcome, b: Outcome) -> None:
+    # compare's means add partial sums in another order: equal to the last bits.
+    sa, sb = asdict(summarize(a, ["x"])), asdict(summarize(b, ["x"]))
+    for k, v in sa.items():
+        if isinstance(v, float):
+            assert v == pytest.approx(sb[k], rel=1e-12), k
+        else:
+            assert v == sb[k], k
+
+
+def _assert_same_report(files: list[Path], **kw: Any) -> Outcome:
+    lines, rolled = _run(files, False, **kw), _run(files, True, **kw)
+    assert report_dict(rolled.report) == report_dict(lines.report)
+    assert rolled.exit_code == lines.exit_code
+    _same_summary(rolled, lines)
+    assert sum(e.lines for e in rolled.events) == len(lines.events)
+    return rolled
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: str(p.relative_to(ROOT / "samples")))
+def test_samples(path: Path) -> None:
+    _assert_same_report([path])
+
+
+@pytest.mark.parametrize("files", GROUPS, ids=["host_oom_incident", "with_scrapes"])
+def test_sample_groups(files: list[Path]) -> None:
+    _assert_same_report(files)
+
+
+@pytest.mark.parametrize("path", CORPUS_LOGS, ids=lambda p: p.name)
+def test_shared_corpus(path: Path) -> None:
+    _assert_same_report([path])
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("rollup")
+    gen = _bench_generator()
+    out = {"vllm": d / "vllm.log", "dense": d / "dense.log", "adversarial": d / "adv.log"}
+    with out["vllm"].open("wb") as f:
+        gen.generate(f, 2 << 20, seed=3)
+    with out["dense"].open("wb") as f:
+        gen.generate_dense(f, 1 << 20, seed=3)
+    out["adversarial"].write_bytes(adversarial_log(seed=5, pages=128, wrapped=True))
+    return out
+
+
+@pytest.mark.parametrize("name", ["vllm", "dense", "adversarial"])
+def test_generated(generated: dict[str, Path], name: str) -> None:
+    _assert_same_report([generated[name]])
+
+
+def test_dense_log_keeps_about_one_event_a_minute(generated: dict[str, Path]) -> None:
+    rolled = _assert_same_report([generated["dense"]])
+    stats = [e for e in rolled.events if e.kind is Kind.STATS]
+    first, last = stats[0].ts, stats[-1].ts
+    assert first is not None and last is not None
+    minutes = (last - first).total_seconds() / 60 + 1
+    # Two streams (decode and prefill lines), each one event a minute at most.
+    assert len(stats) <= 2 * minutes
+    assert sum(e.lines for e in stats) > 50 * len(stats)
+
+
+def test_forked_workers_split_rollups(
+    generated: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    path = generated["dense"]
+    one = _run([path], True, jobs=1)
+    two = _run([path], True, jobs=2)
+    assert report_dict(two.report) == report_dict(one.report)
+
+
+# --- adversarial streams ----------------------------------------------------------------
+
+V1 = (
+    "{wrap}(APIServer pid=1) INFO {md} {hms} [loggers.py:123] Engine 00{eng}: Avg prompt "
+    "throughput: {p} tokens/s, Avg generation throughput: {g} tokens/s, Running: {run} reqs, "
+    "Waiting: {wait} reqs, GPU KV cache usage: {kv}%, Prefix cache hit rate: 10.0%{pre}"
+)
+SGL = (
+    "[{date} {hms} TP{tp}] Decode batch, #running-req: {run}, #token: 1000, token usage: "
+    "{kv}, cuda graph: True, gen throughput (token/s): {g}, #queue-req: {wait}, "
+)
+PREEMPT_V0 = (
+    "WARNING {md} {hms} scheduler.py:1560] Sequence group cmpl-{n} is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+    "total_num_cumulative_preemption={n}"
+)
+
+
+def _interleaved(seed: int) -> str:
+    """Two engines' V1 lines and two SGLang ranks, interleaved, with ties at peak KV,
+    preempting lines, stamps out of order, kubectl wrappers with fractions on some,
+    fields missing on some, and V0 warnings in between."""
+    r = random.Random(seed)
+    t = datetime(2025, 3, 4, 9, 58, 30, tzinfo=UTC)
+    out: list[str] = []
+    n = 0
+    for _ in range(900):
+        t += timedelta(seconds=r.choice([0, 0, 1, 2, 5, 13]))
+        s = t - timedelta(seconds=r.choice([0, 0, 0, 3]))  # out of order now and then
+        kv = r.choice([99.0, 99.0, 98.5, 0.0, 50.0, 100.0])
+        what = r.random()
+        if what < 0.45:
+            wrap = f"{s:%Y-%m-%dT%H:%M:%S}.{r.randrange(10**6):06d}Z " if r.random() < 0.3 else ""
+            pre = f", Preemptions: {r.choice([0, 1, 3])}" if r.random() < 0.3 else ""
+            out.append(
+                V1.format(
+                    wrap=wrap,
+                    md=f"{s:%m-%d}",
+                    hms=f"{s:%H:%M:%S}",
+                    eng=r.choice([0, 1]),
+                    p=r.choice(["0.0", "12.5", "3.3"]),
+                    g=r.choice(["100.1", "0.7", "33.3"]),
+                    run=r.randint(0, 9),
+                    wait=r.choice([0, 0, 2, 7]),
+                    kv=kv,
+                    pre=pre,
+                )
+            )
+        elif what < 0.85:
+            out.append(
+                SGL.format(
+                    date=f"{s:%Y-%m-%d}",
+                    hms=f"{s:%H:%M:%S}",
+                    tp=r.choice([0, 1]),
+                    run=r.randint(1, 9),
+                    kv=f"{kv / 100:.2f}",
+                    g=r.choice(["10.00", "20.50"]),
+                    wait=r.choice([0, 1, 4]),
+                )
+            )
+        else:
+            n += r.choice([1, 50])
+            out.append(PREEMPT_V0.format(md=f"{s:%m-%d}", hms=f"{s:%H:%M:%S}", n=n))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interleaved_streams(tmp_path: Path, seed: int) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_text(_interleaved(seed))
+    rolled = _assert_same_report([p])
+    assert any(e.rollup for e in rolled.events)
+    for window in (120, 3600):
+        _assert_same_report([p], window_seconds=window)
+
+
+def test_off_when_a_minute_could_straddle_a_boundary(tmp_path: Path) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_text(_interleaved(1))
+    at = datetime(2025, 3, 4, 10, 3, 30, tzinfo=UTC)
+    for kw in (
+        {"window_seconds": 30},
+        {"window_seconds": 90},
+        {"since": at},
+        {"until": at},
+        {"since": at.replace(second=0), "until": at + timedelta(minutes=5)},
+        {"time": TimeContext(year=2025, tz=timezone(timedelta(seconds=30)))},
+    ):
+        rolled = _assert_same_report([p], **kw)
+        assert not any(e.rollup for e in rolled.events), kw
+
+
+def test_on_minute_since_until_keep_rollups(tmp_path: Path) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_text(_interleaved(2))
+    start = datetime(2025, 3, 4, 10, 5, tzinfo=UTC)
+    rolled = _assert_same_report([p], since=start, until=start + timedelta(minutes=20))
+    assert any(e.rollup for e in rolled.events)
+    assert all(e.ts is not None and e.ts >= start for e in rolled.events)
+
+
+def test_rollup_members_are_real_lines(tmp_path: Path) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_text(_interleaved(3))
+    text = p.read_text().splitlines()
+    rolled = _run([p], True)
+    for e in rolled.events:
+        if e.rollup is None:
+            continue
+        for m in (e.rollup.last, e.rollup.peak_first, *e.rollup.preempting):
+            assert m.text in text[m.line - 1]
+            assert m.ts is not None and e.ts is not None
+            assert timedelta(0) <= m.ts - e.ts < timedelta(minutes=1)
