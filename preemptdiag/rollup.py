@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -138,7 +138,9 @@ class Builder:
         "waiting_pos",
     )
 
-    def __init__(self, slot: int, hit: Hit, minute: str, sec: str, clock: object) -> None:
+    def __init__(
+        self, slot: int, hit: Hit, minute: str, sec: str, clock: tuple[str, str] | None
+    ) -> None:
         self.slot = slot
         self.minute = minute
         self.clock = clock
@@ -225,7 +227,7 @@ class RollupSink:
     """Appends hits to `hits`, merging stats lines into per-stream rollups."""
 
     hits: list[Hit]
-    open: dict[tuple[object, ...], Builder]
+    open: dict[tuple[object, ...], Builder] = field(default_factory=dict)  # by stream_key
 
     def add(self, hit: Hit) -> None:
         clock = clock_key(hit)

@@ -365,7 +365,7 @@ def scan_fast(
     of one stream and clock minute come back merged (rollup.py)."""
     result = ScanResult(source=src.name)
     if rollup:
-        result.sink = RollupSink(result.hits, {})
+        result.sink = RollupSink(result.hits)
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
