@@ -161,3 +161,26 @@ def test_kernel_kill_eras(sigs: list[Signature]) -> None:
     legacy = hits(sigs, "Out of memory: Kill process 77 (python3) score 900 or sacrifice child")
     assert list(legacy) == ["system.kernel.kill_legacy"]
     assert legacy["system.kernel.kill_legacy"]["pid"] == 77
+
+
+def test_decode_fields_stop_at_the_next_glued_record(sigs: list[Signature]) -> None:
+    # #retracted-req of the record glued behind is not this record's; the quick
+    # look-ahead that skips the bounded scan on lines without the field must not
+    # change that (it only ever skips scans that would fail).
+    first = (
+        "[2025-07-01 13:00:00 TP0] Decode batch, #running-req: 3, #token: 900, token usage: "
+        "0.01, cuda graph: True, gen throughput (token/s): 50.00, #queue-req: 0, "
+    )
+    second = (
+        "[2025-07-01 13:00:04 TP0] Decode batch, #running-req: 2, #token: 800, token usage: "
+        "0.02, #retracted-req: 1, cuda graph: True, gen throughput (token/s): 40.00, "
+        "#queue-req: 5, "
+    )
+    (decode,) = [s for s in sigs if s.id == "sglang.stats.decode"]
+    got = [decode.extract(m) for m in decode.finditer(first + second)]
+    assert [(f["running"], f["retracted_reqs"], f["waiting"]) for f in got] == [
+        (3, None, 0),
+        (2, 1, 5),
+    ]
+    alone = [decode.extract(m) for m in decode.finditer(first)]
+    assert [(f["retracted_reqs"], f["gen_tput"]) for f in alone] == [(None, 50.0)]
