@@ -270,24 +270,36 @@ def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Eve
             # "# GPU blocks: 0" / a zero or negative KV size: start-up cannot serve.
             kind = Kind.ALLOC_FAILURE
             f = {**f, "subtype": "zero_blocks", "phase": "startup"}
-        out.append(
-            Event(
-                source=h.source,
-                line=h.line,
-                sig=h.sig,
-                kind=kind,
-                ts=ts,
-                fields=f,
-                text=h.text,
-                proc=h.proc,
-                replica=replica,
-                preemptions=n * max(h.repeat, 1),
-                lower_bound=lower,
-                repeat=h.repeat,
-                rollup=_member_events(h, ts, replica) if h.rollup else None,
-            )
-        )
+        rollup = _member_events(h, ts, replica) if h.rollup else None
+        out.append(_event(h, ts, replica, n, lower, kind=kind, fields=f, rollup=rollup))
     return out
+
+
+def _event(
+    h: Hit,
+    ts: datetime | None,
+    replica: str,
+    n: int,
+    lower: bool,
+    kind: Kind | None = None,
+    fields: Mapping[str, FieldValue] | None = None,
+    rollup: Rollup[Event] | None = None,
+) -> Event:
+    return Event(
+        source=h.source,
+        line=h.line,
+        sig=h.sig,
+        kind=kind or h.kind,
+        ts=ts,
+        fields=h.fields if fields is None else fields,
+        text=h.text,
+        proc=h.proc,
+        replica=replica,
+        preemptions=n * max(h.repeat, 1),
+        lower_bound=lower,
+        repeat=h.repeat,
+        rollup=rollup,
+    )
 
 
 def _member_events(h: Hit, ts: datetime | None, replica: str) -> Rollup[Event]:
@@ -299,19 +311,7 @@ def _member_events(h: Hit, ts: datetime | None, replica: str) -> Rollup[Event]:
         if id(m) in made:
             return made[id(m)]
         n, lower = stats_preemptions(m.fields)
-        made[id(m)] = Event(
-            source=m.source,
-            line=m.line,
-            sig=m.sig,
-            kind=m.kind,
-            ts=member_time(m, h, ts),
-            fields=m.fields,
-            text=m.text,
-            proc=m.proc,
-            replica=replica,
-            preemptions=n,
-            lower_bound=lower,
-        )
+        made[id(m)] = _event(m, member_time(m, h, ts), replica, n, lower)
         return made[id(m)]
 
     return map_rollup(h.rollup, event)
