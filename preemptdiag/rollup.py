@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import TypeVar
 
 from preemptdiag.records import FieldValue, Hit, Kind, Rollup
@@ -61,43 +62,45 @@ def number(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def stamp_parts(h: Hit) -> tuple[str, str] | None:
-    """(minute, seconds) of the stamp a hit will be timed by, when a rollup may use it:
-    an ISO/SQL wrapper stamp that parses, or a vLLM `MM-DD HH:MM:SS` engine stamp
-    (not Feb 29, whose year is unknown here)."""
-    if h.ts_wrapper:
-        kind, _, text = h.ts_wrapper.partition("|")
-        if kind not in ("iso", "sql"):
-            return None
-        m = _ISO.fullmatch(text)
-        if m is None or parse_iso(text) is None:
-            return None
-        return m["minute"] + (m["zone"] or ""), m["sec"]
-    if h.ts_engine:
-        m = _ENGINE.fullmatch(h.ts_engine)
-        if m is None or h.ts_engine.startswith("02-29"):
-            return None
-        try:
-            datetime(2001, int(h.ts_engine[:2]), int(h.ts_engine[3:5]))
-        except ValueError:
-            return None
-        return m["minute"], m["sec"]
-    return None
+Stamp = tuple[tuple[str, str] | None, str | None, str | None]
 
 
-def clock_key(h: Hit) -> tuple[str, str] | None:
-    """What a hit does to its source's clock when events.resolve_times times it: an
+def stamp(h: Hit) -> Stamp:
+    """(clock, minute, seconds) of the stamp a hit will be timed by.
+
+    clock: what timing the hit does to its source's clock in events.resolve_times: an
     ISO/SQL wrapper stamp sets the date (and year), an engine stamp resolves its month
-    against the year tracker. None: not modelled (other wrappers), or no stamp at all
-    (the line takes the time of the line before it, which may be a rollup member)."""
-    if h.ts_wrapper:
-        kind, _, text = h.ts_wrapper.partition("|")
-        if kind in ("iso", "sql") and _ISO.fullmatch(text):
-            return "w", text[:10]
-        return None
-    if h.ts_engine:
-        return "e", h.ts_engine[:5]
-    return None
+    against the year tracker; None when not modelled (other wrappers) or when there is
+    no stamp (the line then takes the time of the line before it, which may be a
+    rollup member). minute and seconds: set when a rollup may use the stamp: an
+    ISO/SQL wrapper stamp that parses, or a vLLM `MM-DD HH:MM:SS` engine stamp (not
+    Feb 29, whose year is unknown here)."""
+    return _stamp(h.ts_wrapper, h.ts_engine)
+
+
+@lru_cache(maxsize=256)
+def _stamp(wrapper: str | None, engine: str | None) -> Stamp:
+    # Cached: a dense log repeats each second's stamp on several lines.
+    if wrapper:
+        kind, _, text = wrapper.partition("|")
+        m = _ISO.fullmatch(text) if kind in ("iso", "sql") else None
+        if m is None:
+            return None, None, None
+        clock = ("w", text[:10])
+        if parse_iso(text) is None:
+            return clock, None, None
+        return clock, m["minute"] + (m["zone"] or ""), m["sec"]
+    if engine:
+        clock = ("e", engine[:5])
+        m = _ENGINE.fullmatch(engine)
+        if m is None or engine.startswith("02-29"):
+            return clock, None, None
+        try:
+            datetime(2001, int(engine[:2]), int(engine[3:5]))
+        except ValueError:
+            return clock, None, None
+        return clock, m["minute"], m["sec"]
+    return None, None, None
 
 
 def stream_key(h: Hit) -> tuple[object, ...] | None:
@@ -171,7 +174,10 @@ class Builder:
         n, lower = stats_preemptions(hit.fields)
         self.preemptions += n
         self.lower = self.lower or lower
-        values = [number(hit.fields.get(k)) for k in AGG_FIELDS]
+        values = [
+            float(v) if isinstance(v, int | float) and type(v) is not bool else None
+            for v in map(hit.fields.get, AGG_FIELDS)
+        ]
         for i, v in enumerate(values):
             if v is not None:
                 self.sums[i] += v
@@ -230,7 +236,7 @@ class RollupSink:
     open: dict[tuple[object, ...], Builder] = field(default_factory=dict)  # by stream_key
 
     def add(self, hit: Hit) -> None:
-        clock = clock_key(hit)
+        clock, minute, sec = stamp(hit)
         if self.open:
             # A member is timed from its carrier, as if the lines between left the
             # clock as the carrier did: true while they stamp the same date (ISO) or
@@ -240,12 +246,10 @@ class RollupSink:
             for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
                 ended = self.open.pop(k)
                 self.hits[ended.slot] = ended.build()
-        key = stream_key(hit)
-        parts = stamp_parts(hit) if key is not None else None
-        if key is None or parts is None:
+        key = stream_key(hit) if minute is not None and sec is not None else None
+        if key is None or minute is None or sec is None:
             self.hits.append(hit)
             return
-        minute, sec = parts
         b = self.open.get(key)
         if b is not None and b.accepts(minute, sec):
             b.add(hit, sec)
@@ -291,5 +295,5 @@ def member_time(member: Hit, carrier: Hit, carrier_ts: datetime | None) -> datet
         if member.ts_wrapper.startswith("sql|"):
             dt = dt.replace(tzinfo=carrier_ts.tzinfo)
         return dt
-    parts = stamp_parts(member)
-    return carrier_ts.replace(second=int(parts[1])) if parts else carrier_ts
+    sec = stamp(member)[2]
+    return carrier_ts.replace(second=int(sec)) if sec else carrier_ts
