@@ -5,8 +5,14 @@ batch line twice a second: ~17 MiB per 10 MiB of log). Windows need only sums,
 maxima, the first and last values and a few evidence lines, so consecutive stats
 lines of one stream (same source, signature, process, pod and set of fields present)
 stamped within the same clock minute become one hit that carries those aggregates
-(`Rollup`) and the handful of lines evidence can pick: the last line, the first and
-the last line with the highest KV usage, the first two lines that preempted.
+(`Rollup`: sums, counts, maxima, lines with Waiting > 0, the highest KV usage and the
+fewest running at it) and the lines evidence and ordering can need: the last line,
+the first line with the highest KV usage, the first two lines that preempted.
+
+Any line whose stamp would move the source's clock differently from the open
+rollups' (another date or month-day, an unmodelled wrapper, no stamp) closes them
+first: members are timed from their carrier, which is only right while nothing in
+between changed the clock (events.resolve_times).
 
 Exactness: windows are multiples of 60 s (checked by the caller), so a clock minute
 never straddles two windows; stamps only move forward within a rollup, so line order
