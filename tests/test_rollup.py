@@ -4,6 +4,7 @@ interleavings go through both paths."""
 
 from __future__ import annotations
 
+import gzip
 import random
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta, timezone
@@ -75,11 +76,16 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         gen.generate(f, 2 << 20, seed=3)
     with out["dense"].open("wb") as f:
         gen.generate_dense(f, 1 << 20, seed=3)
-    out["adversarial"].write_bytes(adversarial_log(seed=5, pages=128, wrapped=True))
+    data = adversarial_log(seed=5, pages=128, wrapped=True)
+    out["adversarial"].write_bytes(data)
+    out["gzip"] = d / "adv.log.gz"
+    out["gzip"].write_bytes(gzip.compress(data, mtime=0))
+    out["cr_only"] = d / "adv_cr.log"
+    out["cr_only"].write_bytes(data.replace(b"\n", b"\r"))
     return out
 
 
-@pytest.mark.parametrize("name", ["vllm", "dense", "adversarial"])
+@pytest.mark.parametrize("name", ["vllm", "dense", "adversarial", "gzip", "cr_only"])
 def test_generated(generated: dict[str, Path], name: str) -> None:
     _assert_same_report([generated[name]])
 
