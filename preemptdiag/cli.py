@@ -218,7 +218,7 @@ MaxEventsOpt = Annotated[
     int | None,
     typer.Option(
         "--max-events",
-        help="Stop past this many signal lines (default: what half the free memory holds; "
+        help="Stop past this many signal events (default: what half the free memory holds; "
         "0: no limit).",
     ),
 ]
