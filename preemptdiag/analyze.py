@@ -40,7 +40,7 @@ from preemptdiag.records import (
 from preemptdiag.redact import Redactor
 from preemptdiag.rules import classify, preemption_visibility, verdict
 from preemptdiag.scan import Matcher, ScanResult, scan_fast
-from preemptdiag.signatures import Signature, load
+from preemptdiag.signatures import load
 from preemptdiag.sources import Source, open_source
 from preemptdiag.windows import build_windows
 
@@ -76,7 +76,7 @@ ProgressFactory = Callable[[int], Callable[[int], None]]
 
 def scan_sources(
     sources: Sequence[Source],
-    sigs: tuple[Signature, ...],
+    matcher: Matcher,
     jobs: int,
     progress: ProgressFactory | None = None,
     while_waiting: Callable[[], None] | None = None,
@@ -86,13 +86,12 @@ def scan_sources(
     """Scan every source; big files split over `jobs` processes, which run
     `while_waiting` (once) in the parent while they work. More than `max_hits`
     hits in all is a DiagError (limits.py)."""
-    matcher = Matcher(sigs)
     results: list[ScanResult] = []
     kept = 0
     for src in sources:
         start = partial(progress, src.size) if progress and src.size else None
         left = None if max_hits is None else max_hits - kept
-        if can_split(src, jobs):
+        if can_split(src, jobs, matcher.finder()):
             result = scan_parallel(src, matcher, jobs, start, while_waiting, left, rollup)
             while_waiting = None
         else:
@@ -259,16 +258,17 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
     rollup = opts.rollup and _rollup_exact(opts)
-    if any(can_split(s, opts.jobs) for s in logs):
+    matcher = Matcher(sigs)
+    if any(can_split(s, opts.jobs, matcher.finder()) for s in logs):
         # Workers scan; the idle parent imports polars meanwhile (no thread may
         # run while it forks).
         results = scan_sources(
-            logs, sigs, opts.jobs, progress, _import_polars, opts.max_events, rollup
+            logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
         )
     else:
         with _in_background(_import_polars):
             results = scan_sources(
-                logs, sigs, opts.jobs, progress, max_hits=opts.max_events, rollup=rollup
+                logs, matcher, opts.jobs, progress, max_hits=opts.max_events, rollup=rollup
             )
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)

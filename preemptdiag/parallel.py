@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
-from preemptdiag.prefilter import split_ranges
+from preemptdiag.prefilter import LineFinder, split_ranges
 from preemptdiag.records import Hit
 from preemptdiag.rollup import map_rollup
 from preemptdiag.scan import Matcher, ProgressFn, ScanResult, scan_fast
@@ -29,6 +29,10 @@ from preemptdiag.sources import Source
 
 # Smaller files are scanned in-process: forking and merging cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20
+# ...unless nearly every line is a signal line (~80 us each to match and keep, against
+# ~1 us a line to find): then a few MiB are seconds of work (SGLang batch lines).
+DENSE_MIN_BYTES = 4 << 20
+DENSE_SHARE = 0.25  # of the head's lines holding a signature literal
 _POLL_S = 0.1
 RANGES_PER_JOB = 4
 
@@ -36,16 +40,22 @@ RANGES_PER_JOB = 4
 _INHERITED: dict[str, Any] = {}
 
 
-def can_split(src: Source, jobs: int) -> bool:
-    """Whether `src` is scanned by several processes (a plain, large, seekable file)."""
-    return (
-        jobs > 1
-        and _fork_available()
-        and src.path is not None
-        and not src.gz
-        and not src.cr_only
-        and (src.size or 0) >= PARALLEL_MIN_BYTES
+def can_split(src: Source, jobs: int, finder: LineFinder | None = None) -> bool:
+    """Whether `src` is scanned by several processes: a plain, seekable file that is
+    large, or (given the prefilter to judge its head) dense in signal lines."""
+    if not (
+        jobs > 1 and _fork_available() and src.path is not None and not src.gz and not src.cr_only
+    ):
+        return False
+    size = src.size or 0
+    return size >= PARALLEL_MIN_BYTES or (
+        finder is not None and size >= DENSE_MIN_BYTES and _dense(src.head, finder)
     )
+
+
+def _dense(head: bytes, finder: LineFinder) -> bool:
+    lines = head.count(b"\n")
+    return lines > 0 and len(finder.candidate_lines(head)) >= DENSE_SHARE * lines
 
 
 def _fork_available() -> bool:

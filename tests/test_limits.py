@@ -11,9 +11,11 @@ from preemptdiag.limits import (
     default_max_events,
     too_many,
 )
+from preemptdiag.scan import Matcher
 from preemptdiag.signatures import load
 from preemptdiag.sources import open_source
 
+MATCHER = Matcher(load())
 RETRACT = (
     "[2025-11-02 09:58:{s:02d} TP0] KV cache pool is full. Retract requests. "
     "#retracted_reqs: 1, #new_token_ratio: 0.4512 -> 0.8127"
@@ -116,9 +118,9 @@ def _dense(path: Path, n: int) -> Path:
 def test_limit_counts_across_files(tmp_path: Path) -> None:
     a, b = _dense(tmp_path / "a.log", 30), _dense(tmp_path / "b.log", 30)
     srcs = [open_source(str(a)), open_source(str(b))]
-    assert [len(r.hits) for r in scan_sources(srcs, load(None), 1, max_hits=60)] == [30, 30]
+    assert [len(r.hits) for r in scan_sources(srcs, MATCHER, 1, max_hits=60)] == [30, 30]
     with pytest.raises(DiagError, match=r"b\.log: more than 59 signal events"):
-        scan_sources(srcs, load(None), 1, max_hits=59)
+        scan_sources(srcs, MATCHER, 1, max_hits=59)
 
 
 def test_limit_in_forked_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,8 +132,8 @@ def test_limit_in_forked_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert parallel.can_split(src, 2)
     # Each worker holds a quarter or so, under the limit: the merged total trips it.
     with pytest.raises(DiagError, match=r"big\.log: more than 300 signal events"):
-        scan_sources([src], load(None), 2, max_hits=300)
+        scan_sources([src], MATCHER, 2, max_hits=300)
     # One worker's range alone over the limit stops inside that worker.
     with pytest.raises(DiagError, match=r"big\.log: more than 20 signal events"):
-        scan_sources([src], load(None), 2, max_hits=20)
-    assert len(scan_sources([src], load(None), 2, max_hits=400)[0].hits) == 400
+        scan_sources([src], MATCHER, 2, max_hits=20)
+    assert len(scan_sources([src], MATCHER, 2, max_hits=400)[0].hits) == 400
