@@ -61,7 +61,8 @@ class _Values:
         i = AGG_FIELDS.index(key)
         for e in stats:
             if e.rollup is not None:
-                total, n, top = e.rollup.sums[i], e.rollup.counts[i], e.rollup.maxes[i]
+                st = e.rollup.stats
+                total, n, top = st.sums[i], st.counts[i], st.maxes[i]
             else:
                 v = number(e.fields.get(key))
                 total, n, top = (v or 0.0), (0 if v is None else 1), v

@@ -264,7 +264,8 @@ def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Eve
             else:
                 n, lower = 1, True
         elif h.kind is Kind.STATS:
-            n, lower = (h.rollup.preemptions, h.rollup.lower) if h.rollup else stats_preemptions(f)
+            st = h.rollup.stats if h.rollup else None
+            n, lower = (st.preemptions, st.lower) if st else stats_preemptions(f)
         kind = h.kind
         if kind is Kind.CAPACITY and _no_kv_room(f):
             # "# GPU blocks: 0" / a zero or negative KV size: start-up cannot serve.

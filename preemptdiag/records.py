@@ -49,11 +49,9 @@ class Confidence(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Rollup(Generic[T]):
-    """Further stats lines merged into the hit or event that carries this (rollup.py).
-
-    `sums`, `counts` and `maxes` follow rollup.AGG_FIELDS over all `n` lines, the
-    carrier included; the members are the lines evidence and ordering can need."""
+class RollupStats:
+    """Aggregates over all `n` lines of a rollup, the carrier included; `sums`,
+    `counts` and `maxes` follow rollup.AGG_FIELDS."""
 
     n: int
     preemptions: int  # as events.py counts stats lines, summed
@@ -64,6 +62,14 @@ class Rollup(Generic[T]):
     waiting_pos: int  # lines with Waiting > 0
     peak_kv: float  # highest KV usage (-1: none)
     peak_running: int | None  # fewest running requests on a line at peak_kv
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup(Generic[T]):
+    """Further stats lines merged into the hit or event that carries this (rollup.py):
+    their aggregates, and the member lines evidence and ordering can need."""
+
+    stats: RollupStats
     last: T
     peak_first: T  # first line with the highest (KV usage, preemptions)
     preempting: tuple[T, ...]  # the first two lines that preempted
@@ -109,7 +115,7 @@ class Event:
     @property
     def lines(self) -> int:
         """How many log lines this event stands for."""
-        return self.rollup.n if self.rollup else 1
+        return self.rollup.stats.n if self.rollup else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TypeVar
 
-from preemptdiag.records import FieldValue, Hit, Kind, Rollup
+from preemptdiag.records import FieldValue, Hit, Kind, Rollup, RollupStats
 from preemptdiag.timeparse import parse_iso
 
 T = TypeVar("T")
@@ -217,7 +217,7 @@ class Builder:
     def build(self) -> Hit:
         if self.n == 1:
             return self.carrier
-        rollup: Rollup[Hit] = Rollup(
+        stats = RollupStats(
             n=self.n,
             preemptions=self.preemptions,
             lower=self.lower,
@@ -227,10 +227,8 @@ class Builder:
             waiting_pos=self.waiting_pos,
             peak_kv=self.peak_kv,
             peak_running=self.peak_running,
-            last=self.last,
-            peak_first=self.peak_first,
-            preempting=tuple(self.preempting),
         )
+        rollup = Rollup(stats, self.last, self.peak_first, tuple(self.preempting))
         return replace(self.carrier, rollup=rollup)
 
 
@@ -272,20 +270,7 @@ class RollupSink:
 
 
 def map_rollup(r: Rollup[T], f: Callable[[T], U]) -> Rollup[U]:
-    return Rollup(
-        n=r.n,
-        preemptions=r.preemptions,
-        lower=r.lower,
-        sums=r.sums,
-        counts=r.counts,
-        maxes=r.maxes,
-        waiting_pos=r.waiting_pos,
-        peak_kv=r.peak_kv,
-        peak_running=r.peak_running,
-        last=f(r.last),
-        peak_first=f(r.peak_first),
-        preempting=tuple(f(m) for m in r.preempting),
-    )
+    return Rollup(r.stats, f(r.last), f(r.peak_first), tuple(f(m) for m in r.preempting))
 
 
 def member_time(member: Hit, carrier: Hit, carrier_ts: datetime | None) -> datetime | None:

@@ -105,8 +105,8 @@ def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
         put["last_us"](_micros(last.ts))
         put["last_line"](last.line)
         if e.rollup is not None:
-            put["peak_kv"](e.rollup.peak_kv)
-            put["peak_running"](e.rollup.peak_running)
+            put["peak_kv"](e.rollup.stats.peak_kv)
+            put["peak_running"](e.rollup.stats.peak_running)
         else:
             kv = _num(e.fields.get("kv_usage")) if is_stats else None
             put["peak_kv"](-1.0 if kv is None else kv)
@@ -133,7 +133,8 @@ def _stats_cells(e: Event) -> dict[str, Any]:
         first = last = e.fields
     else:
         r = e.rollup
-        sums, counts, maxes, pos = r.sums, r.counts, r.maxes, r.waiting_pos
+        st = r.stats
+        sums, counts, maxes, pos = st.sums, st.counts, st.maxes, st.waiting_pos
         # Every line of a rollup has the same fields present: its first and last
         # values are its first and last line's.
         first, last = e.fields, r.last.fields
