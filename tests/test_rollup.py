@@ -129,12 +129,12 @@ PREEMPT_V0 = (
 )
 
 
-def _interleaved(seed: int) -> str:
+def _interleaved(seed: int, start: datetime = datetime(2025, 3, 4, 9, 58, 30, tzinfo=UTC)) -> str:
     """Two engines' V1 lines and two SGLang ranks, interleaved, with ties at peak KV,
     preempting lines, stamps out of order, kubectl wrappers with fractions on some,
     fields missing on some, and V0 warnings in between."""
     r = random.Random(seed)
-    t = datetime(2025, 3, 4, 9, 58, 30, tzinfo=UTC)
+    t = start
     out: list[str] = []
     n = 0
     for _ in range(900):
@@ -185,6 +185,21 @@ def test_interleaved_streams(tmp_path: Path, seed: int) -> None:
     assert any(e.rollup for e in rolled.events)
     for window in (120, 3600):
         _assert_same_report([p], window_seconds=window)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_across_a_year_rollover(tmp_path: Path, seed: int) -> None:
+    # Year-less engine stamps from Dec 31 into Jan 1: the year tracker moves on while
+    # rollups are open, and lines of both years interleave.
+    p = tmp_path / "rollover.log"
+    p.write_text(_interleaved(seed, datetime(2024, 12, 31, 23, 40, tzinfo=UTC)))
+    for ctx in (TimeContext(year=2024), TimeContext()):  # --year, or the file's mtime
+        rolled = _assert_same_report([p], time=ctx)
+        assert any(e.rollup for e in rolled.events)
+        years = sorted({e.ts.year for e in rolled.events if e.ts is not None})
+        assert len(years) == 2 and years[1] == years[0] + 1, years
+        if ctx.year:
+            assert years == [2024, 2025]
 
 
 def test_off_when_a_minute_could_straddle_a_boundary(tmp_path: Path) -> None:
