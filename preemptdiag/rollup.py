@@ -180,6 +180,7 @@ class Builder:
         n, lower = stats_preemptions(hit.fields)
         self.preemptions += n
         self.lower = self.lower or lower
+        # number(), inlined: this runs on every stats line of a dense log.
         values = [
             float(v) if isinstance(v, int | float) and type(v) is not bool else None
             for v in map(hit.fields.get, AGG_FIELDS)

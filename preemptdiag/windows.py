@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from preemptdiag.config import Thresholds
 from preemptdiag.records import Event, Kind, Window
-from preemptdiag.rollup import AGG_FIELDS
+from preemptdiag.rollup import AGG_FIELDS, number
 
 if TYPE_CHECKING:
     import polars as pl
@@ -54,10 +54,6 @@ _COLUMNS = {
     "peak_kv": "Float64",  # highest KV usage (-1: none)
     "peak_running": "Int64",  # fewest running on a line at peak_kv
 }
-
-
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _int(v: object) -> int | None:
@@ -108,7 +104,7 @@ def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
             put["peak_kv"](e.rollup.stats.peak_kv)
             put["peak_running"](e.rollup.stats.peak_running)
         else:
-            kv = _num(e.fields.get("kv_usage")) if is_stats else None
+            kv = number(e.fields.get("kv_usage")) if is_stats else None
             put["peak_kv"](-1.0 if kv is None else kv)
             put["peak_running"](_int(e.fields.get("running")) if is_stats else None)
     return cols
@@ -124,7 +120,7 @@ def _stats_cells(e: Event) -> dict[str, Any]:
         first: Mapping[str, object] = {}
         last: Mapping[str, object] = {}
     elif e.rollup is None:
-        values = [_num(e.fields.get(k)) for k in AGG_FIELDS]
+        values = [number(e.fields.get(k)) for k in AGG_FIELDS]
         sums = tuple(v or 0.0 for v in values)
         counts = tuple(0 if v is None else 1 for v in values)
         maxes = tuple(values)
@@ -360,7 +356,7 @@ def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
         chosen.append(e)
     stats = sorted(_stats_lines(evs), key=_log_order)
     if stats:
-        peak = max(stats, key=lambda e: (_num(e.fields.get("kv_usage")) or -1.0, e.preemptions))
+        peak = max(stats, key=lambda e: (number(e.fields.get("kv_usage")) or -1.0, e.preemptions))
         preempting = [e for e in stats if e.preemptions > 0 and e is not peak]
         chosen.append(peak)
         chosen.extend(preempting[:1])
