@@ -14,10 +14,8 @@ shared byte counter.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
@@ -43,14 +41,14 @@ _INHERITED: dict[str, Any] = {}
 def can_split(src: Source, jobs: int, finder: LineFinder | None = None) -> bool:
     """Whether `src` is scanned by several processes: a plain, seekable file that is
     large, or (given the prefilter to judge its head) dense in signal lines."""
-    if not (
-        jobs > 1 and _fork_available() and src.path is not None and not src.gz and not src.cr_only
-    ):
+    if not (jobs > 1 and src.path is not None and not src.gz and not src.cr_only):
         return False
     size = src.size or 0
-    return size >= PARALLEL_MIN_BYTES or (
+    big = size >= PARALLEL_MIN_BYTES or (
         finder is not None and size >= DENSE_MIN_BYTES and _dense(src.head, finder)
     )
+    # Asked last: it imports multiprocessing (~10 ms), which small inputs never need.
+    return big and _fork_available()
 
 
 def _dense(head: bytes, finder: LineFinder) -> bool:
@@ -61,7 +59,11 @@ def _dense(head: bytes, finder: LineFinder) -> bool:
 def _fork_available() -> bool:
     # fork shares the parent's Matcher for free; macOS and Windows do not fork
     # safely, and a spawned child would rebuild everything, so they scan in-process.
-    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+    if sys.platform != "linux":
+        return False
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _count_progress(n: int) -> None:
@@ -99,6 +101,10 @@ def scan_parallel(
     `max_hits`; the caller checks the merged total.
     """
     assert src.path is not None
+    # Imported here: only a big file needs them (~15 ms of start-up otherwise).
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
     # More ranges than workers: a worker that finishes early takes the next one, so
     # a dense stretch of signal lines (slower to match) does not hold up the rest.
     ranges = split_ranges(src.path, jobs * RANGES_PER_JOB)
