@@ -194,7 +194,10 @@ def _build_options(
 
 
 FilesArg = Annotated[
-    list[str], typer.Argument(help="Log files, .gz, Prometheus scrapes, or - for stdin.")
+    list[str],
+    typer.Argument(
+        help="Log files (plain, .gz, .bz2, .xz, .zst), Prometheus scrapes, or - for stdin."
+    ),
 ]
 WindowOpt = Annotated[str | None, typer.Option("--window", help="Window size, e.g. 60s, 5m.")]
 FailOnOpt = Annotated[

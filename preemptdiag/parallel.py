@@ -41,7 +41,7 @@ _INHERITED: dict[str, Any] = {}
 def can_split(src: Source, jobs: int, finder: LineFinder | None = None) -> bool:
     """Whether `src` is scanned by several processes: a plain, seekable file that is
     large, or (given the prefilter to judge its head) dense in signal lines."""
-    if not (jobs > 1 and src.path is not None and not src.gz and not src.cr_only):
+    if not (jobs > 1 and src.path is not None and src.codec is None and not src.cr_only):
         return False
     size = src.size or 0
     big = size >= PARALLEL_MIN_BYTES or (

@@ -40,7 +40,8 @@ if HAVE_AHOCORASICK:
 # Longer lines are cut: a 50 MB single "line" is a paste accident, not one record.
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
-TRUNCATED = "truncated gzip: input ended early"
+# {codec}: gzip, bzip2, xz or zstd (compression.py).
+TRUNCATED = "truncated {codec}: input ended early"
 DECOY = "decoy in request text"
 
 # A match that starts after one of these markers sits inside a logged request:
@@ -404,7 +405,7 @@ def scan_fast(
             last: NextLine = partial(_read_line, f, scratch) if byte_range else _no_line
             matcher.match(src.name, pending[0], pending[1], last, result)
         if was_truncated(f):
-            result.skipped[TRUNCATED] += 1
+            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
     result.close()
     return result
 
@@ -419,7 +420,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     with open_binary(src) as f:
         data = f.read()
         if was_truncated(f):
-            result.skipped[TRUNCATED] += 1
+            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
     if not data:
         return result
     raw_lines = data.split(b"\n")

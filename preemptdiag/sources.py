@@ -1,13 +1,12 @@
-"""Open inputs: files, `-` for stdin, .gz; refuse what is not a text log, clearly."""
+"""Open inputs: files, `-` for stdin, compressed ones (compression.py); refuse what is
+not a text log, clearly."""
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
 import sys
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from preemptdiag.compression import CODECS, DecompressedStream, archive, detect
 from preemptdiag.errors import DiagError
 
 SNIFF_BYTES = 64 * 1024
-GZIP_MAGIC = b"\x1f\x8b"
 _CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0c\x1b\x08") + b"\x7f"
 
 
@@ -26,7 +25,7 @@ _CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0c\x1b\x08") + b"\x7
 class Source:
     name: str  # as the user typed it; used in evidence file:line
     path: Path | None  # None for stdin
-    gz: bool
+    codec: str | None  # compression.CODECS key, None for plain text
     mtime: datetime | None
     head: bytes  # first bytes (decompressed), for sniffing the format
     size: int | None  # on-disk size, for progress and job splitting
@@ -90,16 +89,16 @@ def open_source(name: str) -> Source:
         raise DiagError(f"{name}: permission denied")
     try:
         with path.open("rb") as f:
-            magic = f.read(2)
+            codec = detect(f.read(10))
+            f.seek(0)
+            head = _read_head(name, codec, f)
     except OSError as exc:
         raise DiagError(f"{name}: cannot read ({exc.strerror})") from None
-    gz = magic == GZIP_MAGIC
-    head = _read_head(name, path, gz)
     _sniff_text(name, head)
     return Source(
         name=name,
         path=path,
-        gz=gz,
+        codec=codec,
         mtime=datetime.fromtimestamp(st.st_mtime, tz=UTC),
         head=head.replace(b"\r", b"\n") if _cr_only(head) else head,
         size=st.st_size,
@@ -108,20 +107,18 @@ def open_source(name: str) -> Source:
 
 
 def _open_stdin() -> Source:
-    raw = sys.stdin.buffer.read(SNIFF_BYTES)
-    gz = raw[:2] == GZIP_MAGIC
-    head = raw
-    if gz:
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, SNIFF_BYTES)
-        except zlib.error:
-            raise DiagError("<stdin>: corrupt or truncated gzip data at the start") from None
+    stdin = _Recording(sys.stdin.buffer)
+    codec = detect(stdin.peek(10))
+    # Compressed: decompress as much as the sniffed head needs (a bzip2 block is up
+    # to 900 kB); every byte taken from stdin is kept to be read again by the scan.
+    head = _read_head("<stdin>", codec, cast(BinaryIO, stdin))
+    raw = stdin.taken()
     _sniff_text("<stdin>", head)
     cr_only = _cr_only(head)
     return Source(
         name="<stdin>",
         path=None,
-        gz=gz,
+        codec=codec,
         mtime=None,
         head=head.replace(b"\r", b"\n") if cr_only else head,
         size=None,
@@ -130,76 +127,55 @@ def _open_stdin() -> Source:
     )
 
 
-def _read_head(name: str, path: Path, gz: bool) -> bytes:
-    try:
-        if gz:
-            with gzip.open(path, "rb") as g:
-                try:
-                    return g.read(SNIFF_BYTES)
-                except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
-                    raise DiagError(
-                        f"{name}: corrupt or truncated gzip data at the start"
-                    ) from None
-        with path.open("rb") as f:
-            return f.read(SNIFF_BYTES)
-    except OSError as exc:
-        raise DiagError(f"{name}: cannot read ({exc.strerror})") from None
+class _Recording:
+    """stdin, remembering every byte read from it (the sniffed head)."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner = inner
+        self._taken: list[bytes] = []
+        self._pending = b""  # peeked, not yet read
+
+    def peek(self, n: int) -> bytes:
+        self._pending = self._inner.read(n)
+        self._taken.append(self._pending)
+        return self._pending
+
+    def read(self, n: int = -1) -> bytes:
+        pending, self._pending = self._pending, b""
+        want = -1 if n < 0 else n - len(pending)
+        more = self._inner.read(want) if want else b""
+        self._taken.append(more)
+        return pending + more
+
+    def taken(self) -> bytes:
+        return b"".join(self._taken)
+
+
+def _read_head(name: str, codec: str | None, f: BinaryIO) -> bytes:
+    """The first SNIFF_BYTES of the (decompressed) content; archives are refused."""
+    if codec is None:
+        head = f.read(SNIFF_BYTES)
+    else:
+        stream = DecompressedStream(CODECS[codec], f)
+        head = io.BufferedReader(stream, buffer_size=SNIFF_BYTES).read(SNIFF_BYTES)
+        if not head and stream.truncated:
+            raise DiagError(f"{name}: corrupt or truncated {codec} data at the start")
+    kind = archive(head)
+    if kind is not None:
+        raise DiagError(
+            f"{name}: a {kind} archive, not a log: extract it and pass the log files inside"
+        )
+    return head
 
 
 def was_truncated(f: object) -> bool:
-    """True when the reader behind `f` (through buffering layers) hit a cut-short .gz."""
+    """True when the reader behind `f` (through buffering layers) hit a cut-short or
+    damaged compressed stream."""
     while f is not None:
         if getattr(f, "truncated", False):
             return True
         f = getattr(f, "raw", None) or getattr(f, "_inner", None)
     return False
-
-
-class _GzipStream(io.RawIOBase):
-    """Streaming gunzip that hands out every byte decompressed before any damage.
-
-    gzip.GzipFile loses the tail of the last read when the file is cut short; this
-    returns all the data, then a clean end of file, and sets `truncated` (see
-    was_truncated) so the scanner can count it. Memory stays flat.
-    """
-
-    _CHUNK = 256 << 10
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buf = b""
-        self._done = False
-        self.truncated = False
-
-    def readable(self) -> bool:
-        return True
-
-    def _fill(self) -> None:
-        while not self._buf and not self._done:
-            data = self._d.unused_data if self._d.eof else self._raw.read(self._CHUNK)
-            if self._d.eof:
-                if not data:
-                    data = self._raw.read(self._CHUNK)
-                if not data:
-                    self._done = True
-                    return
-                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # next gzip member
-            elif not data:
-                self._done = self.truncated = True
-                return
-            try:
-                self._buf = self._d.decompress(data)
-            except zlib.error:
-                self._done = self.truncated = True
-                return
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        self._fill()
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
 
 
 class _CRToLF(io.RawIOBase):
@@ -221,8 +197,9 @@ class _CRToLF(io.RawIOBase):
 def _layered(src: Source, raw: BinaryIO | io.RawIOBase) -> BinaryIO:
     """Decompression and line-end translation over the raw bytes, as `src` needs."""
     reader = cast(BinaryIO, raw)
-    if src.gz:
-        reader = cast(BinaryIO, io.BufferedReader(_GzipStream(reader), buffer_size=1 << 20))
+    if src.codec is not None:
+        stream = DecompressedStream(CODECS[src.codec], reader)
+        reader = cast(BinaryIO, io.BufferedReader(stream, buffer_size=1 << 20))
     elif not isinstance(raw, io.FileIO):
         reader = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, raw), buffer_size=1 << 20))
     return cast(BinaryIO, io.BufferedReader(_CRToLF(reader))) if src.cr_only else reader
@@ -234,7 +211,7 @@ def open_binary(src: Source) -> Iterator[BinaryIO]:
         yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer))
         return
     try:
-        if src.gz:
+        if src.codec is not None:
             with src.path.open("rb") as raw:
                 yield _layered(src, raw)
         else:

@@ -173,7 +173,7 @@ def _source(path: Path, size: int, cr_only: bool) -> Source:
     # Built directly, not via open_source: the scanners must agree on inputs that the
     # binary sniffing would refuse, too.
     return Source(
-        name=path.name, path=path, gz=False, mtime=None, head=b"", size=size, cr_only=cr_only
+        name=path.name, path=path, codec=None, mtime=None, head=b"", size=size, cr_only=cr_only
     )
 
 

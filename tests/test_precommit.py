@@ -36,7 +36,7 @@ repos:
         name: "preemptdiag: diagnose captured incident logs"
         entry: preemptdiag check
         language: system
-        files: '\\.(log|txt|prom)(\\.gz)?$'
+        files: '\\.(log|txt|prom)(\\.(gz|bz2|xz|zst))?$'
         require_serial: true
         pass_filenames: true
 """

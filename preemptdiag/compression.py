@@ -1,0 +1,170 @@
+"""Compressed inputs (gzip, bzip2, xz, zstd), recognised by their magic bytes and
+read as streams: memory stays flat whatever the file's size or compression ratio.
+
+Rotated logs come compressed (logrotate, `docker logs` archives, support bundles);
+the name says nothing reliable, the first bytes do. Each format's decompressor is
+driven the same way, with its output capped per call: a member of repeated stats
+lines can expand 1000:1, and one uncapped call on a 256 KiB read would then hand
+back 256 MB.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import lzma
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+
+class Decompressor(Protocol):
+    """What bz2/lzma/zstd decompressors offer (the gzip adapter offers it too)."""
+
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def needs_input(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
+
+
+class _Gzip:
+    """zlib's gzip decompressor with the needs_input protocol of the others."""
+
+    def __init__(self) -> None:
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._more = False  # the last call stopped at max_length: call again with b""
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._d.unconsumed_tail and not self._more
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._d.unused_data
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        out = self._d.decompress(self._d.unconsumed_tail or data, max(max_length, 0))
+        self._more = 0 < max_length <= len(out)
+        return out
+
+
+def _zstd() -> Decompressor:
+    # The standard library has zstd from 3.14; backports.zstd is the same module.
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from backports import zstd  # type: ignore[no-redef,unused-ignore]
+    d: Decompressor = zstd.ZstdDecompressor()
+    return d
+
+
+def _zstd_errors() -> tuple[type[Exception], ...]:
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from backports import zstd  # type: ignore[no-redef,unused-ignore]
+    return (zstd.ZstdError,)
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    name: str  # as messages say it
+    new: Callable[[], Decompressor]
+    # What its decompressor raises on damaged data (zstd's module loads on demand).
+    errors: Callable[[], tuple[type[Exception], ...]]
+
+
+CODECS = {
+    "gzip": Codec("gzip", _Gzip, lambda: (zlib.error,)),
+    "bzip2": Codec("bzip2", bz2.BZ2Decompressor, lambda: (OSError, EOFError, ValueError)),
+    "xz": Codec("xz", lambda: lzma.LZMADecompressor(lzma.FORMAT_XZ), lambda: (lzma.LZMAError,)),
+    "zstd": Codec("zstd", _zstd, _zstd_errors),
+}
+
+
+def detect(raw: bytes) -> str | None:
+    """The codec name for a file starting with `raw`, None for plain bytes."""
+    if raw[:2] == b"\x1f\x8b":
+        return "gzip"
+    if raw[:6] == b"\xfd7zXZ\x00":
+        return "xz"
+    if raw[:4] == b"\x28\xb5\x2f\xfd":
+        return "zstd"
+    # "BZh", a block size digit, then a block's or the end's magic: plain text that
+    # happens to start with "BZh" is not taken for bzip2.
+    if raw[:3] == b"BZh" and raw[3:4] in b"123456789" and raw[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "bzip2"
+    return None
+
+
+def archive(head: bytes) -> str | None:
+    """ "zip" or "tar" when `head` (decompressed) opens an archive of files, not a log."""
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return "zip"
+    if head[257:262] == b"ustar":
+        return "tar"
+    return None
+
+
+class DecompressedStream(io.RawIOBase):
+    """Streaming decompression that hands out every byte decoded before any damage.
+
+    Members (gzip), streams (bzip2, xz) and frames (zstd) may follow one another, as
+    `cat a.gz b.gz` makes them. A file cut short or damaged yields all the data
+    before the damage, then a clean end of file, and sets `truncated` (see
+    sources.was_truncated) so the scanner can count it. (gzip.GzipFile would lose
+    the tail of the last read.)
+    """
+
+    _CHUNK = 256 << 10  # compressed bytes read at a time
+    _OUT = 1 << 20  # the most one decompress call may produce
+
+    def __init__(self, codec: Codec, raw: BinaryIO) -> None:
+        self._codec = codec
+        self._errors = codec.errors()
+        self._raw = raw
+        self._d = codec.new()
+        self._buf = b""
+        self._pos = 0
+        self._done = False
+        self.truncated = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> None:
+        while self._pos >= len(self._buf) and not self._done:
+            d = self._d
+            if d.eof:
+                data = d.unused_data or self._raw.read(self._CHUNK)
+                if not data:
+                    self._done = True
+                    return
+                self._d = d = self._codec.new()  # the next member, stream or frame
+            elif d.needs_input:
+                data = self._raw.read(self._CHUNK)
+                if not data:
+                    self._done = self.truncated = True
+                    return
+            else:
+                data = b""
+            try:
+                self._buf, self._pos = d.decompress(data, self._OUT), 0
+            except self._errors:
+                self._done = self.truncated = True
+                return
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        self._fill()
+        n = min(len(b), len(self._buf) - self._pos)
+        b[:n] = self._buf[self._pos : self._pos + n]
+        self._pos += n
+        return n
