@@ -118,7 +118,7 @@ def stream_key(h: Hit) -> tuple[object, ...] | None:
         h.proc,
         h.pod,
         (h.ts_wrapper or "").partition("|")[0],
-        tuple(v is None for v in h.fields.values()),
+        tuple([v is None for v in h.fields.values()]),
         " llm_engine.py:" in h.text,  # rules.preemption_visibility reads it
     )
 
@@ -135,6 +135,7 @@ class Builder:
         "maxes",
         "minute",
         "n",
+        "numeric",
         "peak_first",
         "peak_first_key",
         "peak_kv",
@@ -151,6 +152,14 @@ class Builder:
         self, slot: int, hit: Hit, minute: str, sec: str, clock: tuple[str, str] | None
     ) -> None:
         self.slot = slot
+        # (position in AGG_FIELDS, field name) of the fields that hold numbers. The
+        # same for every member: one stream has one signature (so one type per field)
+        # and one set of fields present (stream_key).
+        self.numeric = tuple(
+            (i, name)
+            for i, name in enumerate(AGG_FIELDS)
+            if number(hit.fields.get(name)) is not None
+        )
         self.minute = minute
         self.clock = clock
         self.carrier = hit
@@ -177,20 +186,18 @@ class Builder:
         self.n += 1
         self.sec = sec
         self.last = hit
-        n, lower = stats_preemptions(hit.fields)
+        fields = hit.fields
+        n, lower = stats_preemptions(fields)
         self.preemptions += n
         self.lower = self.lower or lower
-        # number(), inlined: this runs on every stats line of a dense log.
-        values = [
-            float(v) if isinstance(v, int | float) and type(v) is not bool else None
-            for v in map(hit.fields.get, AGG_FIELDS)
-        ]
-        for i, v in enumerate(values):
-            if v is not None:
-                self.sums[i] += v
-                self.counts[i] += 1
-                old = self.maxes[i]
-                self.maxes[i] = v if old is None or v > old else old
+        values: list[float | None] = [None] * len(AGG_FIELDS)
+        sums, counts, maxes = self.sums, self.counts, self.maxes
+        for i, name in self.numeric:
+            v = values[i] = float(fields[name])  # type: ignore[arg-type]
+            sums[i] += v
+            counts[i] += 1
+            old = maxes[i]
+            maxes[i] = v if old is None or v > old else old
         w = values[WAITING]
         if w is not None and w > 0:
             self.waiting_pos += 1
@@ -239,10 +246,13 @@ class RollupSink:
 
     hits: list[Hit]
     open: dict[tuple[object, ...], Builder] = field(default_factory=dict)  # by stream_key
+    # The clock of the last stamped hit: every open rollup has it (closing below keeps
+    # that true), so a hit with the same clock need not look at them.
+    clock: tuple[str, str] | None = None
 
     def add(self, hit: Hit) -> None:
         clock, minute, sec = stamp(hit)
-        if self.open:
+        if self.open and (clock is None or clock != self.clock):
             # A member is timed from its carrier, as if the lines between left the
             # clock as the carrier did: true while they stamp the same date (ISO) or
             # month-day (engine). Any other line ends the open rollups it differs from
@@ -251,6 +261,7 @@ class RollupSink:
             for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
                 ended = self.open.pop(k)
                 self.hits[ended.slot] = ended.build()
+        self.clock = clock
         key = stream_key(hit) if minute is not None and sec is not None else None
         if key is None or minute is None or sec is None:
             self.hits.append(hit)
