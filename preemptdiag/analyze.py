@@ -10,7 +10,7 @@ import importlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -24,7 +24,7 @@ from preemptdiag.errors import DiagError
 from preemptdiag.events import TimeContext, build_events, detect_engine
 from preemptdiag.knobs import read_facts
 from preemptdiag.limits import too_many
-from preemptdiag.parallel import can_split, scan_parallel
+from preemptdiag.parallel import plan, scan_parallel
 from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
 from preemptdiag.records import (
     Class,
@@ -79,29 +79,49 @@ def scan_sources(
     matcher: Matcher,
     jobs: int,
     progress: ProgressFactory | None = None,
-    while_waiting: Callable[[], None] | None = None,
+    preload: Callable[[], None] | None = None,
     max_hits: int | None = None,
     rollup: bool = False,
 ) -> list[ScanResult]:
-    """Scan every source; big files split over `jobs` processes, which run
-    `while_waiting` (once) in the parent while they work. More than `max_hits`
-    hits in all is a DiagError (limits.py)."""
-    results: list[ScanResult] = []
+    """Scan every source, in order. With several jobs and enough work the files go
+    to forked processes (parallel.plan) and the parent runs `preload` meanwhile;
+    otherwise this process scans, with `preload` in a thread only while a pipe is
+    read (see _in_background). More than `max_hits` hits in all is a DiagError
+    naming the source that crossed it (limits.py)."""
+    tasks = plan(sources, jobs, matcher.finder())
+    done: dict[int, ScanResult] = {}
+    if tasks:
+        size = sum(sources[i].size or 0 for i in {i for i, _ in tasks})
+        start = partial(progress, size) if progress and size else None
+        done = scan_parallel(sources, tasks, matcher, jobs, start, preload, max_hits, rollup)
+        preload = None
+        _check_limit(sources, done, max_hits)
+    piped = preload is not None and any(s.path is None for s in sources)
+    kept = sum(len(r.hits) for r in done.values())
+    with _in_background(preload) if preload is not None and piped else nullcontext():
+        for i, src in enumerate(sources):
+            if i in done:
+                continue
+            left = None if max_hits is None else max_hits - kept
+            start_fn = partial(progress, src.size) if progress and src.size else None
+            progress_fn = start_fn() if start_fn else None
+            done[i] = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
+            kept += len(done[i].hits)
+    _check_limit(sources, done, max_hits)
+    return [done[i] for i in range(len(sources))]
+
+
+def _check_limit(
+    sources: Sequence[Source], done: Mapping[int, ScanResult], max_hits: int | None
+) -> None:
+    """A DiagError naming the source, in input order, where the hits pass `max_hits`."""
+    if max_hits is None:
+        return
     kept = 0
-    for src in sources:
-        start = partial(progress, src.size) if progress and src.size else None
-        left = None if max_hits is None else max_hits - kept
-        if can_split(src, jobs, matcher.finder()):
-            result = scan_parallel(src, matcher, jobs, start, while_waiting, left, rollup)
-            while_waiting = None
-        else:
-            progress_fn = start() if start else None
-            result = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
-        kept += len(result.hits)
-        if max_hits is not None and kept > max_hits:
+    for i, src in enumerate(sources):
+        kept += len(done[i].hits) if i in done else 0
+        if kept > max_hits:
             raise too_many(src.name, max_hits)
-        results.append(result)
-    return results
 
 
 def _import_polars() -> None:
@@ -261,19 +281,9 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     proms = [s for s in sources if looks_like_prometheus(s.head)]
     rollup = opts.rollup and _rollup_exact(opts)
     matcher = Matcher(sigs)
-    if any(can_split(s, opts.jobs, matcher.finder()) for s in logs):
-        # Workers scan; the idle parent imports polars meanwhile (no thread may
-        # run while it forks).
-        results = scan_sources(
-            logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
-        )
-    else:
-        # stdin: polars' import can fill the waits for the writer.
-        piped = any(s.path is None for s in logs)
-        with _in_background(_import_polars) if piped else nullcontext():
-            results = scan_sources(
-                logs, matcher, opts.jobs, progress, max_hits=opts.max_events, rollup=rollup
-            )
+    results = scan_sources(
+        logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
+    )
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]

@@ -355,7 +355,9 @@ def test_jobs_two_matches_one_process(logs: dict[str, Path]) -> None:
         path = logs[name]
         assert len(split_ranges(path, 2 * RANGES_PER_JOB)) == 2 * RANGES_PER_JOB
         src = open_source(str(path))
-        _assert_same_scan(scan_parallel(src, MATCHER, 2), scan_fast(src, MATCHER))
+        tasks = [(0, r) for r in split_ranges(path, 2 * RANGES_PER_JOB)]
+        (par,) = scan_parallel([src], tasks, MATCHER, 2).values()
+        _assert_same_scan(par, scan_fast(src, MATCHER))
 
 
 def test_split_at_every_line_matches_one_pass(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""When --jobs splits a file: large ones, and smaller ones dense in signal lines."""
+"""What --jobs gives to forked workers: large files and ones dense in signal lines in
+byte ranges, and several files at once."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import pytest
 from test_equivalence import _bench_generator
 
 import preemptdiag.parallel as parallel
-from preemptdiag.scan import Matcher
+from preemptdiag.analyze import scan_sources
+from preemptdiag.errors import DiagError
+from preemptdiag.scan import Matcher, scan_fast
 from preemptdiag.signatures import load
-from preemptdiag.sources import open_source
+from preemptdiag.sources import Source, open_source
 
-FINDER = Matcher(load()).finder()
+MATCHER = Matcher(load())
+FINDER = MATCHER.finder()
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +56,108 @@ def test_large_files_split_whatever_their_density(
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 200_000)
     assert parallel.can_split(open_source(str(logs["sparse"])), 2, FINDER)
     assert parallel.can_split(open_source(str(logs["sparse"])), 2)
+
+
+# --- several files at once: rotated .gz logs, many medium files ---------------------
+
+
+def _stdin_source() -> Source:
+    return Source(name="<stdin>", path=None, codec=None, mtime=None, head=b"", size=None)
+
+
+def test_plan_gives_whole_files_to_workers_costliest_first(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sparse, gz = open_source(str(logs["sparse"])), open_source(str(logs["dense_gz"]))
+    assert gz.size is not None and sparse.size is not None
+    # A compressed byte weighs 8, a byte dense in signal lines 16 more.
+    dense_weight = parallel.PARALLEL_MIN_BYTES // parallel.DENSE_MIN_BYTES
+    assert parallel.work(gz) == gz.size * parallel.COMPRESSED_WEIGHT
+    assert parallel.work(gz, FINDER) == gz.size * parallel.COMPRESSED_WEIGHT * dense_weight
+    assert parallel.work(sparse, FINDER) == sparse.size
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 40)
+    assert parallel.plan([sparse, gz], 2, FINDER) == []  # too little work in all
+    # Enough in all, though neither file is big enough to cut (nor could the .gz be):
+    # each is one task, the costlier first. (The dense weight is the ratio of the two
+    # sizes, kept at 16 here.)
+    unit = gz.size * parallel.COMPRESSED_WEIGHT + 1
+    monkeypatch.setattr(parallel, "DENSE_MIN_BYTES", unit)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", dense_weight * unit)
+    assert parallel.work(gz, FINDER) < parallel.PARALLEL_MIN_BYTES  # not big alone
+    assert parallel.plan([sparse, gz], 2, FINDER) == [(1, None), (0, None)]
+    assert parallel.plan([sparse, gz], 1, FINDER) == []  # one job
+    # stdin is read by this process, never a task.
+    assert parallel.plan([_stdin_source(), sparse, gz], 2, FINDER) == [(2, None), (1, None)]
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1_000)
+    assert parallel.plan([gz], 2, FINDER) == []  # one task: nothing to share
+
+
+def test_plan_cuts_big_plain_files_and_keeps_the_rest_whole(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sparse, gz = open_source(str(logs["sparse"])), open_source(str(logs["dense_gz"]))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 200_000)
+    tasks = parallel.plan([sparse, gz], 2, FINDER)
+    ranges = [r for i, r in tasks if i == 0]
+    assert len(ranges) == 2 * parallel.RANGES_PER_JOB
+    assert all(r is not None for r in ranges)
+    assert sorted(ranges) == parallel.split_ranges(logs["sparse"], 2 * parallel.RANGES_PER_JOB)
+    assert [t for t in tasks if t[0] == 1] == [(1, None)]
+    assert tasks[0] == (1, None)  # the whole .gz outweighs one range
+
+
+def test_many_files_on_two_jobs_match_one_process(
+    logs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rotated logs: a .gz, a CR-only copy (cannot be cut either), the plain file cut
+    # in ranges, and stdin: every result as one process gives it, in input order.
+    cr = tmp_path / "old-mac.log"
+    cr.write_bytes(logs["sparse"].read_bytes().replace(b"\n", b"\r"))
+    paths = [logs["dense_gz"], cr, logs["sparse"], logs["dense"]]
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 200_000)
+    srcs = [open_source(str(p)) for p in paths]
+    tasks = parallel.plan(srcs, 2, FINDER)
+    assert {i for i, r in tasks if r is None} == {0, 1}
+    assert {i for i, r in tasks if r is not None} == {2, 3}
+    preloaded: list[bool] = []
+    # Without rollups: a range boundary cuts a stream-minute in two (windows add the
+    # halves up; tests/test_rollup.py holds those reports equal), so hits differ there.
+    two = scan_sources(srcs, MATCHER, 2, preload=lambda: preloaded.append(True))
+    one = scan_sources(srcs, MATCHER, 1)
+    assert preloaded == [True]  # the parent's wait is used once
+    for a, b in zip(two, one, strict=True):
+        assert a.source == b.source
+        assert a.hits == b.hits
+        assert (a.lines_read, a.bytes_read, a.skipped) == (b.lines_read, b.bytes_read, b.skipped)
+    assert [r.source for r in two] == [str(p) for p in paths]
+
+
+def test_limit_over_pooled_files_names_the_file_that_crossed_it(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1_000)
+    srcs = [open_source(str(logs["sparse"])), open_source(str(logs["dense_gz"]))]
+    first = len(scan_sources(srcs[:1], MATCHER, 1)[0].hits)
+    assert parallel.plan(srcs, 2, FINDER)
+    with pytest.raises(DiagError, match=r"dense\.log\.gz: more than \d+ signal events"):
+        scan_sources(srcs, MATCHER, 2, max_hits=first + 10)
+
+
+def test_merge_keeps_a_member_with_two_roles_one_object(logs: dict[str, Path]) -> None:
+    # A rollup's last line is often its peak too: one object in two roles. Events and
+    # evidence tell members apart by identity; shifting a later range's line numbers
+    # must not make two objects of one line (it did: --jobs 2 then picked other
+    # evidence than one process on the 1 GiB benchmark log).
+    src = open_source(str(logs["dense"]))
+    part = scan_fast(src, MATCHER, rollup=True)
+    shared = [h for h in part.hits if h.rollup and h.rollup.last is h.rollup.peak_first]
+    assert shared
+    merged = parallel.merge(src.name, [part, part])
+    second = merged.hits[len(part.hits) :]
+    for before, after in zip(part.hits, second, strict=True):
+        assert after.line == before.line + part.lines_read
+        if before.rollup and before.rollup.last is before.rollup.peak_first:
+            assert after.rollup is not None
+            assert after.rollup.last is after.rollup.peak_first
+            assert after.rollup.last.line == before.rollup.last.line + part.lines_read
+    assert merged.hits[: len(part.hits)] == part.hits

@@ -101,13 +101,68 @@ def test_dense_log_keeps_about_one_event_a_minute(generated: dict[str, Path]) ->
     assert sum(e.lines for e in stats) > 50 * len(stats)
 
 
+@pytest.mark.parametrize("name", ["dense", "vllm", "adversarial"])
 def test_forked_workers_split_rollups(
-    generated: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    generated: dict[str, Path], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
-    path = generated["dense"]
+    path = generated[name]
     one = _run([path], True, jobs=1)
     two = _run([path], True, jobs=2)
+    assert report_dict(two.report) == report_dict(one.report)
+
+
+def test_forked_workers_keep_a_peak_that_preempted_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Under pressure a minute's first line is both its peak (KV 100 %, most
+    # preemptions) and its first preempting line: one object in two roles. A worker's
+    # range used to come back with two copies of it, and the window then offered the
+    # peak twice as evidence instead of the peak and the next preempting line.
+    line = (
+        "(APIServer pid=1) INFO 06-03 10:{mm:02d}:{ss:02d} [loggers.py:236] Engine 000: "
+        "Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 900.0 tokens/s, "
+        "Running: {run} reqs, Waiting: {w} reqs, {pre}GPU KV cache usage: {kv:.1f}%, "
+        "Prefix cache hit rate: 10.0%"
+    )
+    rows = []
+    for mm in range(20):
+        for ss in range(0, 60, 10):
+            hot = mm >= 10
+            rows.append(
+                line.format(
+                    mm=mm,
+                    ss=ss,
+                    run=100 if hot else 40,
+                    w=50 if hot else 0,
+                    pre=f"Preemptions: {65 - ss}, " if hot else "",
+                    kv=100.0 if hot else 40.0 + ss / 10,
+                )
+            )
+    path = tmp_path / "pressure.log"
+    path.write_text("\n".join(rows) + "\n")
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    one = _run([path], True, jobs=1)
+    two = _run([path], True, jobs=2)
+    assert report_dict(two.report) == report_dict(one.report)
+    hot = [w for w in two.report.windows if w.preemptions]
+    assert len(hot) == 10
+    for w in hot:
+        lines = [e.line for e in w.evidence]
+        assert len(lines) == 2 and lines[0] < lines[1], lines  # peak, then the next
+
+
+def test_forked_workers_take_several_files(
+    generated: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Files that inform each other (dmesg boot time, kubectl describe) and a .gz, each
+    # a task or cut in ranges: the report of one process.
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    gz = tmp_path / "dense.log.gz"
+    gz.write_bytes(gzip.compress(generated["dense"].read_bytes()))
+    files = [*GROUPS[0], gz]
+    one = _run(files, True, jobs=1)
+    two = _run(files, True, jobs=2)
     assert report_dict(two.report) == report_dict(one.report)
 
 
