@@ -136,6 +136,7 @@ class DecompressedStream(io.RawIOBase):
         self._pos = 0
         self._done = False
         self.truncated = False
+        self.raw_read = 0  # compressed bytes taken from `raw` (progress is counted in them)
 
     def readable(self) -> bool:
         return True
@@ -144,13 +145,13 @@ class DecompressedStream(io.RawIOBase):
         while self._pos >= len(self._buf) and not self._done:
             d = self._d
             if d.eof:
-                data = d.unused_data or self._raw.read(self._CHUNK)
+                data = d.unused_data or self._read_raw()
                 if not data:
                     self._done = True
                     return
                 self._d = d = self._codec.new()  # the next member, stream or frame
             elif d.needs_input:
-                data = self._raw.read(self._CHUNK)
+                data = self._read_raw()
                 if not data:
                     self._done = self.truncated = True
                     return
@@ -161,6 +162,11 @@ class DecompressedStream(io.RawIOBase):
             except self._errors:
                 self._done = self.truncated = True
                 return
+
+    def _read_raw(self) -> bytes:
+        data = self._raw.read(self._CHUNK)
+        self.raw_read += len(data)
+        return data
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         self._fill()

@@ -32,7 +32,7 @@ from preemptdiag.prefilter import (
 from preemptdiag.records import Hit
 from preemptdiag.rollup import RollupSink
 from preemptdiag.signatures import Signature
-from preemptdiag.sources import Source, open_binary, was_truncated
+from preemptdiag.sources import Source, compressed_bytes, open_binary, was_truncated
 
 if HAVE_AHOCORASICK:
     from ahocorasick_rs import AhoCorasick, MatchKind
@@ -374,6 +374,8 @@ def scan_fast(
     # opens the next block: it waits for that first line before it is matched.
     pending: tuple[int, str] | None = None
     with open_binary(src) as f:
+        # Progress counts what the bar's total counts: bytes on disk.
+        on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
             if pending is not None:
                 nxt = _line_at(block, 0, size, scratch)
@@ -397,7 +399,11 @@ def scan_fast(
             if max_hits is not None and len(result.hits) > max_hits:
                 raise too_many(src.name, max_hits)
             if progress is not None:
-                progress(size)
+                if on_disk is None:
+                    progress(size)
+                else:
+                    progress(on_disk() - reported)
+                    reported = on_disk()
         if pending is not None:
             # At the end of a --jobs byte range the next physical line is the first
             # of the next range: read it, so a record wrapped across the split is

@@ -7,7 +7,7 @@ import io
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -168,14 +168,27 @@ def _read_head(name: str, codec: str | None, f: BinaryIO) -> bytes:
     return head
 
 
+def _layers(f: object) -> Iterator[object]:
+    """`f` and the readers under it (buffering, line-end translation, decompression)."""
+    while f is not None:
+        yield f
+        f = getattr(f, "raw", None) or getattr(f, "_inner", None)
+
+
 def was_truncated(f: object) -> bool:
     """True when the reader behind `f` (through buffering layers) hit a cut-short or
     damaged compressed stream."""
-    while f is not None:
-        if getattr(f, "truncated", False):
-            return True
-        f = getattr(f, "raw", None) or getattr(f, "_inner", None)
-    return False
+    return any(getattr(layer, "truncated", False) for layer in _layers(f))
+
+
+def compressed_bytes(f: object) -> Callable[[], int] | None:
+    """For a compressed input, how many of its on-disk bytes were read so far (what
+    a progress bar over the file's size must count); None for plain input."""
+    for layer in _layers(f):
+        if isinstance(layer, DecompressedStream):
+            stream = layer
+            return lambda: stream.raw_read
+    return None
 
 
 class _CRToLF(io.RawIOBase):

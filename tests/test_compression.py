@@ -19,6 +19,9 @@ import pytest
 
 from preemptdiag.cli import main
 from preemptdiag.compression import CODECS, DecompressedStream, detect
+from preemptdiag.scan import Matcher, scan_fast
+from preemptdiag.signatures import load
+from preemptdiag.sources import open_source
 
 try:
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]
@@ -193,3 +196,20 @@ def test_archives_are_refused_with_a_hint(
         f"preemptdiag: error: {p}: a {kind.split('.')[0]} archive, not a log: "
         "extract it and pass the log files inside"
     )
+
+
+@pytest.mark.parametrize("codec", [None, *sorted(COMPRESS)])
+def test_progress_counts_bytes_on_disk(tmp_path: Path, codec: str | None) -> None:
+    # The bar's total is the file's size: a compressed file must not overshoot it
+    # (3 MB of log in a ~1 MB .xz would finish the bar a third of the way in).
+    data = _noisy_log(20_000)
+    if codec is None:
+        p = tmp_path / "plain.log"
+        p.write_bytes(data)
+    else:
+        p = _compressed(tmp_path, "packed", codec, data)
+    steps: list[int] = []
+    result = scan_fast(open_source(str(p)), Matcher(load()), progress=steps.append)
+    assert result.bytes_read == len(data)
+    assert sum(steps) == p.stat().st_size
+    assert len(steps) > 1 and all(n >= 0 for n in steps)
