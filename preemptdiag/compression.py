@@ -16,7 +16,7 @@ import lzma
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 
 class Decompressor(Protocol):
@@ -56,22 +56,22 @@ class _Gzip:
         return out
 
 
-def _zstd() -> Decompressor:
+def _zstd_module() -> Any:
     # The standard library has zstd from 3.14; backports.zstd is the same module.
     try:
         from compression import zstd  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         from backports import zstd  # type: ignore[no-redef,unused-ignore]
-    d: Decompressor = zstd.ZstdDecompressor()
+    return zstd
+
+
+def _zstd() -> Decompressor:
+    d: Decompressor = _zstd_module().ZstdDecompressor()
     return d
 
 
 def _zstd_errors() -> tuple[type[Exception], ...]:
-    try:
-        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from backports import zstd  # type: ignore[no-redef,unused-ignore]
-    return (zstd.ZstdError,)
+    return (_zstd_module().ZstdError,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +171,7 @@ class DecompressedStream(io.RawIOBase):
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         self._fill()
         n = min(len(b), len(self._buf) - self._pos)
-        b[:n] = self._buf[self._pos : self._pos + n]
+        with memoryview(self._buf) as view:
+            b[:n] = view[self._pos : self._pos + n]
         self._pos += n
         return n
