@@ -1,7 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
-    python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--jobs 1,2] [--repeat 3]
-                        [--engines hyperscan,aho,python]
+    python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
+                        [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
 runs; each is read once before timing so every tool meets a warm page cache.
@@ -14,6 +14,9 @@ Rows:
 - `SIZE dense` (`--dense`, default 10MiB): an SGLang log with request logging off,
   where nearly every line is a signal line (bench/generate.py --profile sglang-dense).
   Bytes are not the cost there: every line is matched, parsed and kept as an event.
+- `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
+  logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
+  cannot be cut; MB/s counts the log's bytes, decompressed).
 - `scan (ENGINE)`: the prefilter alone (iter_blocks + LineFinder + number_lines, over
   `split_ranges` parts in N processes), in a child process. By default only the
   engine `analyze` uses (the fastest installed); `--engines` times others too. The
@@ -32,8 +35,10 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import gzip
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -114,12 +119,33 @@ def ere(literals: Sequence[str]) -> str:
 
 
 def ensure_file(directory: Path, size: int, profile: str = "vllm") -> Path:
+    if profile.endswith("-gz"):
+        return _ensure_gz(ensure_file(directory, size, profile.removesuffix("-gz")))
     path = directory / f"{profile}-{size}-seed0.log"
     if not path.exists():
         tmp = path.with_suffix(".part")
         with tmp.open("wb") as f:
             PROFILES[profile](f, size, 0)
         tmp.replace(path)  # a killed run never leaves a half file to reuse
+    return _cached(path)
+
+
+def _ensure_gz(plain: Path) -> Path:
+    """`plain` gzipped at gzip's default level, as logrotate leaves it."""
+    path = plain.with_name(plain.name + ".gz")
+    if not path.exists():
+        tmp = path.with_suffix(".part")
+        with (
+            plain.open("rb") as src,
+            tmp.open("wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as dst,
+        ):
+            shutil.copyfileobj(src, dst, 16 << 20)
+        tmp.replace(path)
+    return _cached(path)
+
+
+def _cached(path: Path) -> Path:
     with path.open("rb") as f:  # into the page cache
         while f.read(16 << 20):
             pass
@@ -242,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         default="10MiB",
         help="sizes of the SGLang log with request logging off (every line a signal line)",
     )
+    ap.add_argument(
+        "--gz",
+        default="100MiB",
+        help="sizes of the vLLM log to time gzipped (one worker: a gzip stream cannot be cut)",
+    )
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", help="prefilter engines to time (default: the one auto picks)")
@@ -280,15 +311,22 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("start-up", c.tool, "1", r.seconds, float("nan"), r.rss_mib, "-"))
     todo = [(s, "vllm") for s in args.sizes.split(",") if s]
     todo += [(s, "sglang-dense") for s in args.dense.split(",") if s]
+    todo += [(s, "vllm-gz") for s in args.gz.split(",") if s]
     for size_text, profile in todo:
         size = parse_size(size_text)
         path = ensure_file(args.dir, size, profile)
-        real = path.stat().st_size
-        label = _fmt_size(size) + (" dense" if profile != "vllm" else "")
+        gz = profile.endswith("-gz")
+        # MB/s counts the log's bytes: decompressed ones for a .gz.
+        real = (path.with_suffix("") if gz else path).stat().st_size
+        label = _fmt_size(size) + {"vllm": "", "sglang-dense": " dense", "vllm-gz": " .gz"}[profile]
         cmds: list[Timed] = []
-        if grep:
+        if grep and gz:
+            # The yardstick for a .gz: decompress and grep in a pipe (two processes).
+            pipe = f"gzip -dc {shlex.quote(str(path))} | {grep} -E -c {shlex.quote(ere(literals))}"
+            cmds.append(Timed("gzip -dc, grep -E -c", 1, ["sh", "-c", pipe], env))
+        elif grep:
             cmds.append(Timed("grep -E -c", 1, [grep, "-E", "-c", ere(literals), str(path)], env))
-        for jobs in jobs_list:
+        for jobs in jobs_list[:1] if gz else jobs_list:
             analyze = [*py, "analyze", str(path), "--format", "json", "--jobs", str(jobs)]
             cmds.append(Timed("analyze", jobs, analyze, env))
             for engine in engines if profile == "vllm" else ():
