@@ -38,6 +38,7 @@ from preemptdiag.records import (
     Window,
 )
 from preemptdiag.redact import Redactor
+from preemptdiag.rotation import rotation_base
 from preemptdiag.rules import classify, preemption_visibility, verdict
 from preemptdiag.scan import Matcher, ScanResult, scan_fast
 from preemptdiag.signatures import load
@@ -210,6 +211,20 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
 _SYSTEM_PREFIXES = ("system.", "k8s.", "docker.", "ray.")
 
 
+def _rotation_notes(events: Sequence[Event]) -> list[str]:
+    """Which inputs were read as one rotated log (events.build_events), oldest first."""
+    first_seen: dict[str, dict[str, datetime]] = {}
+    for e in events:
+        if e.ts is not None and rotation_base(e.source) == e.replica:
+            first_seen.setdefault(e.replica, {}).setdefault(e.source, e.ts)  # in time order
+    return [
+        f"{replica}: read as one log from its rotated files, oldest first: "
+        + ", ".join(sorted(files, key=files.__getitem__))
+        for replica, files in sorted(first_seen.items())
+        if len(files) > 1
+    ]
+
+
 def _attach_system_sources(events: list[Event], notes: list[str]) -> list[Event]:
     """Kernel, kubectl and docker files describe the engine's node or pod. With one
     engine replica in the inputs they join its timeline; with several they stay
@@ -288,7 +303,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]
     events = build_events(hits_by_source, opts.time)
-    notes: list[str] = []
+    notes: list[str] = _rotation_notes(events)
     events = _attach_system_sources(events, notes)
     if proms:
         replicas = sorted({e.replica for e in events}) or ["metrics"]

@@ -18,7 +18,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
 from preemptdiag.rollup import map_rollup, member_time, stats_preemptions
+from preemptdiag.rotation import Span, rotated_sets
 from preemptdiag.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +186,10 @@ def _minus_year(t: datetime) -> datetime:
         return t.replace(year=t.year - 1, day=28)
 
 
-def _replica(h: Hit) -> str:
+def _replica(h: Hit, rotated: Mapping[str, str]) -> str:
     if h.pod:
         return h.pod
-    return h.source
+    return rotated.get(h.source, h.source)
 
 
 def _dedupe_ranks(pairs: list[tuple[Hit, datetime | None]]) -> list[tuple[Hit, datetime | None]]:
@@ -216,22 +219,36 @@ def build_events(
         boot = next((b for hits, _ in sources if (b := infer_boot_time(hits, ctx))), None)
         if boot is not None:
             ctx = replace(ctx, boot_time=boot)
+    timed = [resolve_times(hits, mtime, ctx) for hits, mtime in sources]
+    names = [next((h.source for h in hits), "") for hits, _ in sources]
+    rotated = rotated_sets({n: _span(p) for n, p in zip(names, timed, strict=True)}, names)
+    # A rotated set is read as one log, oldest file first: one replica, one V0 counter.
+    groups: dict[str, list[list[tuple[Hit, datetime | None]]]] = {}
+    for name, pairs in zip(names, timed, strict=True):
+        groups.setdefault(rotated.get(name, f"\0{name}"), []).append(pairs)
     events: list[Event] = []
-    for hits, mtime in sources:
-        pairs = _dedupe_ranks(resolve_times(hits, mtime, ctx))
-        events.extend(_count_preemptions(pairs))
-    events.sort(
-        key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.source, e.line)
-    )
+    for parts in groups.values():
+        parts.sort(key=lambda p: _span(p) or (_NO_TIME, _NO_TIME))  # set members have spans
+        joined = [pair for part in parts for pair in part]
+        events.extend(_count_preemptions(_dedupe_ranks(joined), rotated))
+    events.sort(key=lambda e: (e.ts is None, e.ts or _NO_TIME, e.source, e.line))
     return events
 
 
-def _count_preemptions(pairs: Sequence[tuple[Hit, datetime | None]]) -> list[Event]:
+def _span(pairs: Sequence[tuple[Hit, datetime | None]]) -> Span | None:
+    """First and last timestamp of one source's hits."""
+    stamps = [t for _, t in pairs if t is not None]
+    return (min(stamps), max(stamps)) if stamps else None
+
+
+def _count_preemptions(
+    pairs: Sequence[tuple[Hit, datetime | None]], rotated: Mapping[str, str]
+) -> list[Event]:
     counters: dict[tuple[str, str], int] = {}
     started: set[str] = set()  # replicas whose engine start is in the log
     out: list[Event] = []
     for h, ts in pairs:
-        replica = _replica(h)
+        replica = _replica(h, rotated)
         n = 0
         lower = False
         f = h.fields
