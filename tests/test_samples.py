@@ -99,6 +99,24 @@ def test_host_oom_incident_across_three_files(capsys: pytest.CaptureFixture[str]
     assert code == 1
 
 
+def test_rotated_log_reads_as_the_whole_one(capsys: pytest.CaptureFixture[str]) -> None:
+    # v0_thrash_loop.log as logrotate left it, passed as a shell glob lists it.
+    files = [str(SAMPLES / "rotated" / f) for f in ("vllm.log", "vllm.log.1", "vllm.log.2.gz")]
+    code, report = analyze(capsys, *files)
+    whole_code, whole = analyze(capsys, str(SAMPLES / "v0_thrash_loop.log"))
+    v, lever = report["verdict"], report["lever"]
+    assert (v["class"], v["why"]) == ("thrash_loop", whole["verdict"]["why"])
+    assert (lever["knob"], lever["current"], lever["proposed"]) == ("--max-num-seqs", "256", "46")
+    assert v["replica"] == files[0]
+    assert [w["preemptions"] for w in report["windows"]] == [
+        w["preemptions"] for w in whole["windows"]
+    ]
+    assert code == whole_code == 1
+    # Alone, the newest file has neither the start-up lines nor the counter's start.
+    _, alone = analyze(capsys, files[0])
+    assert alone["lever"]["proposed"] != "46"
+
+
 def test_unrecognised_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, report = analyze(capsys, str(SAMPLES / "unrecognised.txt"))
     assert report["verdict"]["evidence_found"] is False
