@@ -13,9 +13,13 @@ import tarfile
 import tracemalloc
 import zipfile
 from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from preemptdiag.cli import main
 from preemptdiag.compression import CODECS, DecompressedStream, detect
@@ -213,3 +217,51 @@ def test_progress_counts_bytes_on_disk(tmp_path: Path, codec: str | None) -> Non
     assert result.bytes_read == len(data)
     assert sum(steps) == p.stat().st_size
     assert len(steps) > 1 and all(n >= 0 for n in steps)
+
+
+class _Trickle(io.RawIOBase):
+    """A pipe that hands out at most `step` bytes a read."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step, self.pos = data, step, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self.step, len(self.data) - self.pos)
+        b[:n] = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+
+def _decode_all(codec: str, blob: bytes, step: int) -> tuple[bytes, bool]:
+    stream = DecompressedStream(CODECS[codec], io.BufferedReader(_Trickle(blob, step), step))
+    out = io.BufferedReader(stream, 1 << 16).read()
+    return out, stream.truncated
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    codec=st.sampled_from(sorted(COMPRESS)),
+    parts=st.lists(st.binary(max_size=3000), min_size=1, max_size=4),
+    step=st.integers(min_value=1, max_value=5000),
+    cut=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_stream_gives_back_every_byte_and_only_a_prefix_when_cut(
+    codec: str, parts: list[bytes], step: int, cut: float
+) -> None:
+    # Members one after the other, read through a pipe of any read size: the bytes
+    # compressed, exactly. Cut between two members: the whole members before it (the
+    # file looks complete). Cut anywhere else: a prefix of the bytes, and `truncated`.
+    members = [COMPRESS[codec](p) for p in parts]
+    blob, data = b"".join(members), b"".join(parts)
+    assert _decode_all(codec, blob, step) == (data, False)
+    n = int(len(blob) * cut)
+    got, truncated = _decode_all(codec, blob[:n], step)
+    ends = list(accumulate(map(len, members)))
+    if n in ends:
+        assert (got, truncated) == (b"".join(parts[: ends.index(n) + 1]), False)
+    else:
+        assert truncated
+        assert data.startswith(got)
