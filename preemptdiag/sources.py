@@ -232,3 +232,8 @@ def open_binary(src: Source) -> Iterator[BinaryIO]:
                 yield _layered(src, f)
     except PermissionError:
         raise DiagError(f"{src.name}: permission denied") from None
+    except FileNotFoundError:
+        # Sniffed a moment ago: rotated or deleted since (logrotate runs while we read).
+        raise DiagError(f"{src.name}: no such file (removed while being read)") from None
+    except OSError as exc:
+        raise DiagError(f"{src.name}: cannot read ({exc.strerror or exc})") from None

@@ -73,6 +73,27 @@ def test_unreadable_file(
     assert one_line_error(err).endswith("secret.log: permission denied")
 
 
+def test_file_removed_while_being_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # logrotate moves the file between the sniff and the scan.
+    import preemptdiag.analyze as analyze
+
+    p = tmp_path / "vllm.log"
+    p.write_text(V0_PREEMPT + "\n")
+    real_open_source = analyze.open_source
+
+    def sniff_then_rotate(name: str) -> object:
+        src = real_open_source(name)
+        p.rename(tmp_path / "vllm.log.1")
+        return src
+
+    monkeypatch.setattr(analyze, "open_source", sniff_then_rotate)
+    code, _, err = run(capsys, "analyze", str(p))
+    assert code == 2
+    assert one_line_error(err).endswith("vllm.log: no such file (removed while being read)")
+
+
 def test_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     p = tmp_path / "empty.log"
     p.write_bytes(b"")
