@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
+from preemptdiag.errors import DiagError
+
 
 class Decompressor(Protocol):
     """What bz2/lzma/zstd decompressors offer (the gzip adapter offers it too)."""
@@ -57,11 +59,19 @@ class _Gzip:
 
 
 def _zstd_module() -> Any:
-    # The standard library has zstd from 3.14; backports.zstd is the same module.
+    # The standard library has zstd from 3.14 (when Python was built with it);
+    # backports.zstd is the same module, a dependency below 3.14.
     try:
         from compression import zstd  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        from backports import zstd  # type: ignore[no-redef,unused-ignore]
+        try:
+            from backports import zstd  # type: ignore[no-redef,unused-ignore]
+        except ImportError:
+            raise DiagError(
+                "zstd-compressed input, but this Python has no zstd module "
+                "(pip install backports.zstd, or decompress it first: zstd -dc FILE | "
+                "preemptdiag analyze -)"
+            ) from None
     return zstd
 
 

@@ -156,7 +156,10 @@ def _read_head(name: str, codec: str | None, f: BinaryIO) -> bytes:
     if codec is None:
         head = f.read(SNIFF_BYTES)
     else:
-        stream = DecompressedStream(CODECS[codec], f)
+        try:
+            stream = DecompressedStream(CODECS[codec], f)
+        except DiagError as exc:  # no module for this format
+            raise DiagError(f"{name}: {exc.message}") from None
         head = io.BufferedReader(stream, buffer_size=SNIFF_BYTES).read(SNIFF_BYTES)
         if not head and stream.truncated:
             raise DiagError(f"{name}: corrupt or truncated {codec} data at the start")

@@ -265,3 +265,20 @@ def test_stream_gives_back_every_byte_and_only_a_prefix_when_cut(
     else:
         assert truncated
         assert data.startswith(got)
+
+
+def test_zstd_without_a_zstd_module_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.14 built without zstd, and no backport installed.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "compression", None)
+    monkeypatch.setitem(sys.modules, "backports", None)
+    p = _compressed(tmp_path, "x.log", "zstd", THRASH.read_bytes())
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"preemptdiag: error: {p}: zstd-compressed input, but this Python has no zstd module"
+    )
+    assert "\n" not in err
