@@ -156,6 +156,10 @@ class DecompressedStream(io.RawIOBase):
             d = self._d
             if d.eof:
                 data = d.unused_data or self._read_raw()
+                while data and not data.strip(b"\0"):
+                    # Zero padding after a member: xz's stream padding, tape and dd
+                    # blocks (GNU gzip: "trailing zero bytes ignored"). Not damage.
+                    data = self._read_raw()
                 if not data:
                     self._done = True
                     return

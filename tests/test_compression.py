@@ -282,3 +282,15 @@ def test_zstd_without_a_zstd_module_is_a_one_line_error(
         f"preemptdiag: error: {p}: zstd-compressed input, but this Python has no zstd module"
     )
     assert "\n" not in err
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_zero_padding_after_the_last_member_is_not_damage(codec: str) -> None:
+    # xz allows stream padding; tape and dd pad to a block with zeros.
+    data = THRASH.read_bytes()
+    for pad in (4, 1000, 300_000):
+        blob = COMPRESS[codec](data) + b"\0" * pad
+        assert _decode_all(codec, blob, 65536) == (data, False)
+    # Zeros and then something else are damage after all.
+    blob = COMPRESS[codec](data) + b"\0" * 8 + b"junk"
+    assert _decode_all(codec, blob, 65536) == (data, True)
