@@ -316,7 +316,19 @@ def check(
     worst = 0
     for f in files:
         opts = _build_options(
-            [f], window, fail_on, signatures, year, None, None, None, None, 1, False, strict, config
+            [f],
+            window,
+            fail_on,
+            signatures,
+            year,
+            None,
+            None,
+            None,
+            None,
+            None,
+            False,
+            strict,
+            config,
         )
         outcome = run_analysis(opts)
         _emit(f"{f}: {verdict_line(outcome.report)}", None)
@@ -385,7 +397,7 @@ def compare(
     if fmt not in ("terminal", "markdown", "json"):
         raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")
     opts = _build_options(
-        [before], window, None, signatures, year, None, None, None, None, 1, False, False, config
+        [before], window, None, signatures, year, None, None, None, None, None, False, False, config
     )
     b = [p for p in before.split(",") if p]
     a = [p for p in after.split(",") if p]
