@@ -97,7 +97,7 @@ def scan_sources(
         done = scan_parallel(sources, tasks, matcher, jobs, start, preload, max_hits, rollup)
         preload = None
         _check_limit(sources, done, max_hits)
-    piped = preload is not None and any(s.path is None for s in sources)
+    piped = any(s.path is None for s in sources)
     kept = sum(len(r.hits) for r in done.values())
     with _in_background(preload) if preload is not None and piped else nullcontext():
         for i, src in enumerate(sources):
@@ -214,8 +214,11 @@ _SYSTEM_PREFIXES = ("system.", "k8s.", "docker.", "ray.")
 def _rotation_notes(events: Sequence[Event]) -> list[str]:
     """Which inputs were read as one rotated log (events.build_events), oldest first."""
     first_seen: dict[str, dict[str, datetime]] = {}
+    bases: dict[str, str] = {}  # one name check per file, not per event
     for e in events:
-        if e.ts is not None and rotation_base(e.source) == e.replica:
+        if e.source not in bases:
+            bases[e.source] = rotation_base(e.source)
+        if e.ts is not None and bases[e.source] == e.replica:
             first_seen.setdefault(e.replica, {}).setdefault(e.source, e.ts)  # in time order
     return [
         f"{replica}: read as one log from its rotated files, oldest first: "

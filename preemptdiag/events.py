@@ -221,15 +221,17 @@ def build_events(
             ctx = replace(ctx, boot_time=boot)
     timed = [resolve_times(hits, mtime, ctx) for hits, mtime in sources]
     names = [next((h.source for h in hits), "") for hits, _ in sources]
-    rotated = rotated_sets({n: _span(p) for n, p in zip(names, timed, strict=True)}, names)
+    spans = [_span(p) for p in timed]
+    rotated = rotated_sets(dict(zip(names, spans, strict=True)), names)
     # A rotated set is read as one log, oldest file first: one replica, one V0 counter.
-    groups: dict[str, list[list[tuple[Hit, datetime | None]]]] = {}
-    for name, pairs in zip(names, timed, strict=True):
-        groups.setdefault(rotated.get(name, f"\0{name}"), []).append(pairs)
+    groups: dict[str, list[tuple[Span | None, list[tuple[Hit, datetime | None]]]]] = {}
+    for name, span, pairs in zip(names, spans, timed, strict=True):
+        groups.setdefault(rotated.get(name, f"\0{name}"), []).append((span, pairs))
     events: list[Event] = []
     for parts in groups.values():
-        parts.sort(key=lambda p: _span(p) or (_NO_TIME, _NO_TIME))  # set members have spans
-        joined = [pair for part in parts for pair in part]
+        if len(parts) > 1:  # a rotated set: every member has a span
+            parts.sort(key=lambda part: part[0] or (_NO_TIME, _NO_TIME))
+        joined = [pair for _, part in parts for pair in part]
         events.extend(_count_preemptions(_dedupe_ranks(joined), rotated))
     events.sort(key=lambda e: (e.ts is None, e.ts or _NO_TIME, e.source, e.line))
     return events
