@@ -8,13 +8,22 @@ one knob; never a list of things to try.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from preemptdiag.budget import max_num_seqs_from_observed
 from preemptdiag.config import Thresholds
 from preemptdiag.errors import DiagError
 from preemptdiag.knobs import Facts
-from preemptdiag.records import Class, EngineInfo, Event, Kind, Lever, Verdict, Window
+from preemptdiag.records import (
+    Class,
+    EngineInfo,
+    Event,
+    FieldValue,
+    Kind,
+    Lever,
+    Verdict,
+    Window,
+)
 from preemptdiag.runbook import DOCS, NOT_GPU_UTIL, VERIFY_PREEMPT
 
 
@@ -230,6 +239,10 @@ def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine:
         )
     if engine == "sglang":
         return _sglang_alloc(st, f, facts)
+    if st == "kv_space_above_memory":
+        return _kv_space(f, facts, engine)
+    if st == "mem_util_above_free":
+        return _util_to_free(f, facts, engine)
     startup = st in ("no_cache_memory", "zero_blocks", "kv_alloc_shortfall") or any(
         e.fields.get("phase") == "startup" for e in allocs
     )
@@ -277,6 +290,73 @@ def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine:
         verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
         rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
+        engine=engine,
+    )
+
+
+def _num(f: Mapping[str, FieldValue], key: str) -> float | None:
+    v = f.get(key)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _kv_space(f: Mapping[str, FieldValue], facts: Facts, engine: str) -> Lever:
+    """CPU backend: the KV pool asked for does not fit the node's free RAM."""
+    avail, want = _num(f, "avail_gib"), _num(f, "need_gib")
+    cur = facts.knobs.get("kv_cache_memory_bytes")
+    current = cur if cur is not None else (f"{want:g} GiB" if want is not None else None)
+    if avail is None:
+        proposed, lines = None, ["the error carries no free-memory figure"]
+    else:
+        fit = avail * 0.8
+        proposed = f"{math.floor(fit)}G" if fit >= 1 else f"{max(1, math.floor(fit * 1024))}M"
+        lines = [
+            f"{want if want is not None else '?'} GiB asked for the KV cache > {avail:g} GiB "
+            "free on the NUMA node",
+            f"0.8 x {avail:g} GiB free = {fit:.2f} GiB (room for the process itself) -> {proposed}",
+        ]
+    return Lever(
+        knob="--kv-cache-memory-bytes",
+        current=current,
+        proposed=proposed,
+        arithmetic=tuple(lines),
+        verify="the engine starts and logs `CPU KV cache size: N tokens`; no kv allocation error",
+        do_not="do not raise --gpu-memory-utilization: on the CPU backend that reserves more "
+        "host RAM, not less",
+        rationale="the KV pool must fit the host memory that is free when the engine starts",
+        engine=engine,
+    )
+
+
+def _util_to_free(f: Mapping[str, FieldValue], facts: Facts, engine: str) -> Lever:
+    """The memory fraction asked for is more than is free: ask for what is free."""
+    util, free, total = (
+        _num(f, "gpu_memory_utilization"),
+        _num(f, "free_gib"),
+        _num(f, "total_gib"),
+    )
+    cur = util if util is not None else facts.knob_float("gpu_memory_utilization")
+    lines: list[str] = []
+    proposed: str | None = None
+    if free is not None and total:
+        share = free / total
+        new = math.floor((share - 0.02) * 100) / 100
+        proposed = f"{max(new, 0.05):.2f}"
+        lines = [
+            f"free {free:g} GiB / total {total:g} GiB = {share:.3f} of the device at start-up",
+            f"{share:.3f} - 0.02 margin = {share - 0.02:.3f} -> {proposed} (rounded down)",
+        ]
+        if cur is not None:
+            lines.insert(0, f"asked for {cur:g} of the device, more than is free")
+    return Lever(
+        knob="--gpu-memory-utilization",
+        current=f"{cur:g}" if cur is not None else None,
+        proposed=proposed,
+        arithmetic=tuple(lines) or ("the error carries no free/total figure",),
+        verify="the engine starts; the KV cache size line shows a smaller but non-zero pool",
+        do_not="do not raise it: the fraction already asks for more than is free; if another "
+        "process holds the memory, stopping that is the alternative",
+        rationale="other processes hold part of the device (host RAM on the CPU backend); the "
+        "engine may only reserve what is free",
         engine=engine,
     )
 

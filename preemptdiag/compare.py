@@ -23,6 +23,7 @@ class Change(StrEnum):
     IMPROVED = "improved"
     REGRESSED = "regressed"
     MOVED_TO_QUEUEING = "moved_to_queueing"
+    NOT_FIXED = "not_fixed"  # fewer preemptions, but the after side still fails
     INCONCLUSIVE = "inconclusive"
 
 
@@ -41,6 +42,13 @@ class Side:
     gen_tput: float | None
     completed: float | None
     knobs: dict[str, str]
+    suspected: bool = False  # the log cannot show preemptions (V1 without scrapes)
+
+    @property
+    def completed_per_min(self) -> float | None:
+        if self.completed is None or not self.minutes:
+            return None
+        return self.completed / self.minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,7 @@ def summarize(outcome: Outcome, files: Sequence[str]) -> Side:
         gen_tput=_Values(stats, "gen_tput").mean(),
         completed=completed,
         knobs=dict(read_facts(evs).knobs),
+        suspected=outcome.report.verdict.suspected,
     )
 
 
@@ -111,9 +120,26 @@ def _judge(b: Side, a: Side) -> tuple[Change, str]:
     failing = ("thrash_loop", "allocation_failure", "host_pressure")
     if a.verdict in failing and b.verdict not in failing:
         return Change.REGRESSED, f"after shows {a.verdict}, before did not"
+    if b.suspected or a.suspected:
+        side = "before" if b.suspected else "after"
+        return Change.INCONCLUSIVE, (
+            f"the {side} side cannot show preemptions (V1 stats lines do not print them): "
+            "give each side its /metrics scrapes"
+        )
     bp, ap = b.preemptions_per_min, a.preemptions_per_min
     if bp is None or ap is None:
         return Change.INCONCLUSIVE, "one side has no time span to compute a rate from"
+    if a.verdict in failing and ap < bp:
+        done = ""
+        bc, ac = b.completed_per_min, a.completed_per_min
+        if bc is not None and ac is not None:
+            done = f"; completed {bc:.1f} -> {ac:.1f}/min"
+        return Change.NOT_FIXED, (
+            f"preemptions {bp:g}/min -> {ap:g}/min, but the after side is still "
+            f"{a.verdict}{done}: the change was not enough"
+        )
+    bc, ac = b.completed_per_min, a.completed_per_min
+    fewer_done = bc is not None and ac is not None and ac < 0.9 * bc
     gen_drop = b.gen_tput is not None and a.gen_tput is not None and a.gen_tput < 0.9 * b.gen_tput
     queue_up = (a.waiting_mean or 0.0) > 2.0 * max(b.waiting_mean or 0.0, 1.0)
     if ap < bp * 0.5 or (bp > 0 and ap == 0):
@@ -124,10 +150,11 @@ def _judge(b: Side, a: Side) -> tuple[Change, str]:
                 f"{b.waiting_mean or 0:.1f} -> {a.waiting_mean or 0:.1f} and generation "
                 f"throughput fell {b.gen_tput:.0f} -> {a.gen_tput:.0f} tok/s",
             )
-        if gen_drop:
+        if gen_drop or fewer_done:
+            what = "generation throughput" if gen_drop else "completed requests per minute"
             return (
                 Change.INCONCLUSIVE,
-                f"preemptions fell ({bp:g} -> {ap:g}/min) but generation throughput fell too; "
+                f"preemptions fell ({bp:g} -> {ap:g}/min) but {what} fell too; "
                 "compare completed requests and p99 end-to-end latency",
             )
         return (
@@ -176,7 +203,15 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("prompt tok/s", "prompt_tput"),
     ("generation tok/s", "gen_tput"),
     ("completed requests", "completed"),
+    ("completed / min", "completed_per_min"),
 )
+
+
+def _side_dict(side: Side) -> dict[str, object]:
+    out: dict[str, object] = asdict(side)
+    per_min = side.completed_per_min
+    out["completed_per_min"] = round(per_min, 2) if per_min is not None else None
+    return out
 
 
 def _cell(v: object) -> str:
@@ -197,8 +232,8 @@ def render_compare(c: Comparison, fmt: str) -> str:
             "changed_knobs": {
                 k: {"before": v[0], "after": v[1]} for k, v in c.changed_knobs.items()
             },
-            "before": asdict(c.before),
-            "after": asdict(c.after),
+            "before": _side_dict(c.before),
+            "after": _side_dict(c.after),
         }
         return json.dumps(data, indent=2)
     knobs = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in c.changed_knobs.items()) or "none seen"
@@ -226,4 +261,4 @@ def render_compare(c: Comparison, fmt: str) -> str:
 
 
 def exit_code(c: Comparison) -> int:
-    return 1 if c.change in (Change.REGRESSED, Change.MOVED_TO_QUEUEING) else 0
+    return 1 if c.change in (Change.REGRESSED, Change.MOVED_TO_QUEUEING, Change.NOT_FIXED) else 0

@@ -128,6 +128,26 @@ _RECORD_START = regex.compile(
 )
 
 
+# After any `(tag) ` prefixes (Ray's `(raylet)`): a level word, a bracket, a brace,
+# a date, or a process tag such as `(APIServer pid=7)`. A piece of a wrapped message
+# such as `(0.0 GiB KV cache is needed, ...` opens nothing.
+_RECORD_OPENER = regex.compile(
+    r"(?:\([^()\n]{1,80}\) )*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|\[|\{|\d{4}"
+    r"|\([^()\n]{1,80}? pid=\d+)"
+)
+
+
+def starts_record(line: str) -> bool:
+    """Whether a physical line opens a record of its own (so it continues nothing):
+    a level word, a bracket, a process tag or a date/time in front."""
+    s = line.lstrip()
+    if s.startswith(">"):
+        s = s.lstrip("> ")
+    if s.startswith(("\x1b", "#033[")):
+        s = _ANSI.sub("", s)
+    return _RECORD_OPENER.match(s) is not None
+
+
 def record_text(text: str, start: int, end: int) -> str:
     """The one record holding text[start:end]: drops tqdm bars glued in front and
     further records glued behind (pastes without newlines)."""

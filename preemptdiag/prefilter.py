@@ -28,6 +28,7 @@ from itertools import pairwise
 from typing import BinaryIO, Literal, cast
 
 from preemptdiag.errors import DiagError
+from preemptdiag.lines import starts_record
 
 try:
     import hyperscan
@@ -362,7 +363,7 @@ def split_ranges(path: str | os.PathLike[str], n_parts: int) -> list[Span]:
                 target = size * k // n_parts
                 if target <= cuts[-1]:
                     continue
-                cut = _next_line_start(f, target - 1, size)
+                cut = _record_start(f, _next_line_start(f, target - 1, size), size)
                 if cut >= size:
                     break
                 cuts.append(cut)
@@ -372,6 +373,22 @@ def split_ranges(path: str | os.PathLike[str], n_parts: int) -> list[Span]:
         return []
     cuts.append(size)
     return list(pairwise(cuts))
+
+
+def _record_start(f: BinaryIO, pos: int, size: int) -> int:
+    """The first line at or after `pos` that opens a record: a range never starts
+    inside a hard-wrapped record, so each worker rejoins exactly what one pass does
+    (scan.Matcher looks back at most MAX_WRAP_LINES lines, within its range)."""
+    first = pos
+    for _ in range(64):
+        if pos >= size:
+            break
+        f.seek(pos)
+        head = f.read(_PROBE).split(b"\n", 1)[0]
+        if starts_record(head.decode("utf-8", errors="replace").rstrip("\r")):
+            return pos
+        pos = _next_line_start(f, pos, size)
+    return first  # no record structure nearby: any line start will do
 
 
 def _next_line_start(f: BinaryIO, pos: int, size: int) -> int:

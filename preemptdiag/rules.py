@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from itertools import groupby
 
 from preemptdiag.config import Thresholds
@@ -26,12 +27,13 @@ SEVERITY: tuple[Class, ...] = (
     Class.HEALTHY,
 )
 MAX_VERDICT_EVIDENCE = 8
+_SCRAPE = "prometheus."
 
 CAPTURE_V1 = (
     "two /metrics scrapes during the incident, a few minutes apart "
     "(`curl -s localhost:8000/metrics > t1.prom`, then t2.prom) so "
-    "vllm:num_preemptions_total shows whether it was preempting; or run vLLM >= 0.11.1, "
-    "whose stats line prints `Preemptions: N`"
+    "vllm:num_preemptions_total shows whether it was preempting (V1 stats lines do not "
+    "print preemptions in current releases)"
 )
 CAPTURE_LEGACY = (
     "the same load on vLLM >= 0.4.3 (which logs preemptions with a cumulative counter), "
@@ -41,31 +43,68 @@ CAPTURE_LEGACY = (
 
 @dataclass(frozen=True, slots=True)
 class Visibility:
-    """Can this log show preemptions at all?"""
+    """Can this log show preemptions at all, and where?
+
+    `covered` is set when only /metrics counters can show them: windows outside the
+    first..last scrape are as blind as a log without scrapes."""
 
     blind: bool
     capture_next: str | None
     reason: str
+    covered: tuple[datetime, datetime] | None = None
+
+    def blind_at(self, w: Window) -> bool:
+        if self.blind or self.covered is None:
+            return self.blind
+        lo, hi = self.covered
+        if w.start is None or w.end is None:
+            return False
+        return w.end <= lo or w.start >= hi
+
+
+_V1_SILENT = (
+    "V1 stats lines print no preemptions (vLLM resets the interval counter before "
+    "logging it, vllm PR #38452) and this log shows no `Preemptions:` field"
+)
 
 
 def preemption_visibility(events: Sequence[Event], info: EngineInfo) -> Visibility:
-    if any(e.kind is Kind.PREEMPTION for e in events):
-        return Visibility(False, None, "preemption lines present")
     stats = [e for e in events if e.kind is Kind.STATS]
     if any(e.fields.get("preemptions") is not None for e in stats):
         return Visibility(False, None, "stats line carries a Preemptions field")
+    logged = [e for e in events if e.kind is Kind.PREEMPTION and not e.sig.startswith(_SCRAPE)]
+    scraped = [e.ts for e in events if e.kind is Kind.PREEMPTION and e.sig.startswith(_SCRAPE)]
+    if logged:
+        return Visibility(False, None, "preemption lines present")
     if info.engine == "sglang":
         return Visibility(False, None, "SGLang logs every retraction")
     if info.generation == "v1":
-        if version_at_least(info, 0, 11, 1):
-            return Visibility(False, None, "V1 >= 0.11.1 prints Preemptions: N when non-zero")
-        return Visibility(
-            True, CAPTURE_V1, "V1 before 0.11.1 logs no preemption line (only a metric)"
-        )
+        return _counter_visibility(scraped, CAPTURE_V1, _V1_SILENT)
     # Stats printed from llm_engine.py predate v0.3.1; the warning came in v0.4.3.
     if any(" llm_engine.py:" in e.text for e in stats) or version_at_least(info, 0, 4, 3) is False:
-        return Visibility(True, CAPTURE_LEGACY, "vLLM before 0.4.3 logs no preemption line")
+        return _counter_visibility(
+            scraped, CAPTURE_LEGACY, "vLLM before 0.4.3 logs no preemption line"
+        )
     return Visibility(False, None, "V0 logs preemption #1, #51, ... with a counter")
+
+
+def _counter_visibility(
+    scraped: Sequence[datetime | None], capture: str, silent: str
+) -> Visibility:
+    """A log that is silent about preemption sees them only where scrapes of the
+    counter bracket the time."""
+    stamps = sorted(t for t in scraped if t is not None)
+    if len(stamps) >= 2:
+        return Visibility(
+            False,
+            capture,
+            f"{silent}; vllm:num_preemptions_total scrapes cover "
+            f"{stamps[0]:%H:%M:%S}-{stamps[-1]:%H:%M:%S}",
+            covered=(stamps[0], stamps[-1]),
+        )
+    if scraped and not stamps:
+        return Visibility(False, None, f"{silent}; undated /metrics scrapes stand in")
+    return Visibility(True, capture, silent)
 
 
 def _stats_confidence(w: Window) -> Confidence:
@@ -88,7 +127,20 @@ _ALLOC_WORDS = {
     "zero_blocks": "0 KV cache blocks at start-up",
     "swap_exhausted": "CPU swap space for SWAP preemption exhausted",
     "kv_alloc_shortfall": "KV block allocation shortfall",
+    "kv_space_above_memory": "KV cache space asked for is more than the free memory",
+    "mem_util_above_free": "memory utilization asked for is more than is free at start-up",
 }
+
+
+def _gib_pair(e: Event) -> str:
+    f = e.fields
+    free = f.get("avail_gib", f.get("free_gib"))
+    want = f.get("need_gib", f.get("requested_gib"))
+    total = f.get("total_gib")
+    if e.fields.get("subtype") == "kv_too_small" or not isinstance(free, float | int):
+        return ""
+    of = f" of {total:g}" if isinstance(total, float | int) else ""
+    return f" ({want:g} GiB asked, {free:g}{of} GiB free)" if isinstance(want, float | int) else ""
 
 
 def _alloc_why(w: Window) -> str:
@@ -100,7 +152,9 @@ def _alloc_why(w: Window) -> str:
             tried, free = e.fields.get("tried"), e.fields.get("free")
             if isinstance(tried, int) and isinstance(free, int):
                 extra = f" (tried {tried / 1024**3:.2f} GiB, {free / 1024**3:.2f} GiB free)"
-            return f"GPU memory allocation failed: {words}{extra}"
+            cpu = e.fields.get("device") == "cpu" or e.fields.get("mem_device") == "CPU"
+            where = "CPU-backend (host RAM)" if cpu else "GPU"
+            return f"{where} memory allocation failed: {words}{extra}{_gib_pair(e)}"
     return "GPU memory allocation failed (allocation-failure line)"
 
 
@@ -144,7 +198,8 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
             w, cls=Class.HEALTHY, confidence=Confidence.LOW, why="start-up/context lines only"
         )
     waiting = w.waiting_max or 0
-    if kv_hot and waiting > 0 and vis.blind:
+    blind = vis.blind_at(w)
+    if kv_hot and waiting > 0 and blind:
         return replace(
             w,
             cls=Class.INSUFFICIENT_EVIDENCE,
@@ -164,12 +219,13 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
                 "the engine is not admitting work (a stall, not memory pressure)"
             ),
         )
+    seen = "no preemption seen (this log cannot show it)" if blind else "no preemption"
     if waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share:
         return replace(
             w,
             cls=Class.QUEUEING,
             confidence=_stats_confidence(w),
-            why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, no preemption",
+            why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, {seen}",
         )
     if w.waiting_max is None:
         queue = "queue length not logged"
@@ -181,7 +237,7 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
         w,
         cls=Class.HEALTHY,
         confidence=_stats_confidence(w),
-        why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, no preemption",
+        why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, {seen}",
     )
 
 
@@ -402,8 +458,8 @@ def verdict(
         why = h_why or why
         cause = h_cause or cause
         consequence = h_cons or consequence
-    suspected = cls is Class.INSUFFICIENT_EVIDENCE and vis.blind
-    if cls is Class.INSUFFICIENT_EVIDENCE and vis.blind:
+    suspected = cls is Class.INSUFFICIENT_EVIDENCE and vis.blind_at(head)
+    if suspected:
         n = sum(1 for w in windows if w.cls is Class.INSUFFICIENT_EVIDENCE)
         if n >= thr.suspect_min_windows:
             conf = Confidence.MEDIUM

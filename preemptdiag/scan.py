@@ -15,12 +15,14 @@ from typing import BinaryIO
 
 from preemptdiag.limits import too_many
 from preemptdiag.lines import (
+    Line,
     engine_ts_before,
     normalise,
     proc_before,
     record_text,
     repeat_count,
     sglang_rank,
+    starts_record,
 )
 from preemptdiag.prefilter import (
     HAVE_AHOCORASICK,
@@ -43,6 +45,8 @@ MAX_EVIDENCE_CHARS = 600
 # {codec}: gzip, bzip2, xz or zstd (compression.py).
 TRUNCATED = "truncated {codec}: input ended early"
 DECOY = "decoy in request text"
+# skipped["unparsed: <signature id>"]: the signature's literal was there, its regex failed.
+UNPARSED = "unparsed: "
 
 # A match that starts after one of these markers sits inside a logged request:
 # user text quoting a signal line is a decoy, never evidence.
@@ -55,7 +59,8 @@ _DECOY_MARKERS = (
     '"content"',
 )
 _DECOY_BYTES = tuple(m.encode() for m in _DECOY_MARKERS)
-_LINE_START_HINTS = ("INFO", "WARNING", "ERROR", "DEBUG", "CRITICAL", "[", "(", "{")
+# A wrapped record is rejoined from at most this many further physical lines.
+MAX_WRAP_LINES = 12
 
 
 @dataclass
@@ -103,11 +108,18 @@ class Matcher:
         self._longest = max(map(len, self.literals), default=0)
         self._longest_bytes = max(map(len, self.literal_bytes), default=0)
         self._finder: LineFinder | None = None
+        # (source, first line, last line) of the last wrapped record matched whole:
+        # its other pieces that hold a literal must not match it a second time.
+        self._rejoined: tuple[str, int, int] | None = None
         self._ac = (
             AhoCorasick(list(self.literals), matchkind=MatchKind.Standard)
             if HAVE_AHOCORASICK and self.literals
             else None
         )
+
+    def begin(self) -> None:
+        """Forget the last rejoined record: each scan (file or range) starts afresh."""
+        self._rejoined = None
 
     def finder(self) -> LineFinder:
         """The block prefilter for these literals, built once (compiling it costs
@@ -168,9 +180,14 @@ class Matcher:
         next_raw: NextLine,
         result: ScanResult,
         sigs: Sequence[Signature] | None = None,
+        prev_raw: NextLine | None = None,
     ) -> None:
-        """Match one candidate line; `next_raw()` gives the physical line after it
-        (None at the end), read only when a hard-wrapped record must be rejoined."""
+        """Match one candidate line; `next_raw(k)` / `prev_raw(k)` give the k-th
+        physical line after / before it (None where unknown), read only when a
+        hard-wrapped record must be rejoined."""
+        done = self._rejoined
+        if done is not None and done[0] == source and done[1] < lineno <= done[2]:
+            return  # a piece of a wrapped record matched whole already
         if sigs is None:
             decoy = _decoy_position(raw)
             cands = self.candidates(raw, decoy)
@@ -183,41 +200,75 @@ class Matcher:
             cands = list(sigs)
         if not cands:
             return
-        line = normalise(raw)
-        if self._emit(
+        text = raw.rstrip("\r\n")
+        line = normalise(text)
+        if self._emit_line(source, lineno, line.text, line, 0, cands, result):
+            return
+        # A piece inside a record that a narrow terminal wrapped: the record starts
+        # above, where the first piece held no literal.
+        if prev_raw is not None and not starts_record(text):
+            above = _pieces_above(prev_raw)
+            if above and self._rejoin(source, lineno, text, above, next_raw, cands, result):
+                return
+        if not self._rejoin(source, lineno, text, [], next_raw, cands, result):
+            _count_unparsed(_joined_below(text, next_raw), cands, result)
+
+    def _rejoin(
+        self,
+        source: str,
+        lineno: int,
+        text: str,
+        above: Sequence[str],
+        next_raw: NextLine,
+        cands: Sequence[Signature],
+        result: ScanResult,
+    ) -> bool:
+        """Match the record that holds this line, rejoined from the full-width pieces
+        `above` (first piece last) and the continuation lines below. A rejoined
+        match must reach into this line (the other pieces are matched on their own)."""
+        head = normalise(above[-1] if above else text)
+        top = lineno - len(above)
+        before = head.text + "".join(reversed(above[:-1])) if above else ""
+        cut = len(before) if above else len(head.text)
+        joined = (before + text) if above else head.text
+        width = len(above[0]) if above else len(text)
+        ends_here = bool(above) and len(text) != width  # the last piece: shorter
+        pieces = [] if ends_here else _continuations(width, text, next_raw)
+        if not pieces and not above:
+            return False
+        joined += "".join(pieces)
+        # Rebuilt from above, the match may start anywhere but must reach this line;
+        # joined below, it must start on this line and run on past it.
+        span, reach = (0, cut) if above else (cut, 0)
+        if not self._emit_line(source, top, joined, head, span, cands, result, reach):
+            return False
+        self._rejoined = (source, top, lineno + len(pieces))
+        return True
+
+    def _emit_line(
+        self,
+        source: str,
+        lineno: int,
+        text: str,
+        head: Line,
+        must_span: int,
+        cands: Sequence[Signature],
+        result: ScanResult,
+        reach: int = 0,
+    ) -> bool:
+        return self._emit(
             source,
             lineno,
-            line.text,
+            text,
             cands,
             result,
-            line.ts_wrapper,
-            line.ts_kind,
-            line.rank,
-            0,
-            line.pod,
-            line.uptime,
-        ):
-            return
-        following = next_raw()
-        if following is None:
-            return
-        nxt = following.rstrip("\r\n")
-        if not nxt or nxt.lstrip().startswith(_LINE_START_HINTS) or nxt[:4].isdigit():
-            return
-        # Hard-wrapped paste: the record continues on the next physical line.
-        joined = line.text + nxt
-        self._emit(
-            source,
-            lineno,
-            joined,
-            cands,
-            result,
-            line.ts_wrapper,
-            line.ts_kind,
-            line.rank,
-            len(line.text),
-            line.pod,
-            line.uptime,
+            head.ts_wrapper,
+            head.ts_kind,
+            head.rank,
+            must_span,
+            head.pod,
+            head.uptime,
+            reach,
         )
 
     def _emit(
@@ -233,6 +284,7 @@ class Matcher:
         must_span: int,
         pod: str | None,
         uptime: float | None = None,
+        reach: int = 0,
     ) -> bool:
         found = False
         taken: list[tuple[int, int, Signature]] = []
@@ -241,6 +293,8 @@ class Matcher:
             for m in sig.finditer(text):
                 start, end = m.span()
                 if must_span and not (start < must_span < end):
+                    continue
+                if reach and end <= reach:
                     continue
                 if decoy_at is not None and start > decoy_at:
                     result.skipped[DECOY] += 1
@@ -274,6 +328,51 @@ class Matcher:
         return found
 
 
+def _pieces_above(prev_raw: NextLine) -> list[str]:
+    """The full-width lines just above a continuation, nearest first, up to the one
+    that opens the record; [] when they do not make a wrapped record."""
+    pieces: list[str] = []
+    width = -1
+    for k in range(MAX_WRAP_LINES):
+        before = prev_raw(k)
+        text = None if before is None else before.rstrip("\r\n")
+        if not text or (width != -1 and len(text) != width):
+            break
+        width = len(text)
+        pieces.append(text)
+        if starts_record(text):
+            return pieces
+    return []
+
+
+def _continuations(width: int, first: str, next_raw: NextLine) -> list[str]:
+    """The lines below that continue a record: the next one when it opens nothing
+    (a wrap at any column), then more only while each piece before is exactly
+    `width` long, as a terminal wraps."""
+    pieces: list[str] = []
+    last = len(first)
+    for k in range(MAX_WRAP_LINES):
+        following = next_raw(k)
+        nxt = "" if following is None else following.rstrip("\r\n")
+        if not nxt or starts_record(nxt) or (k and last != width):
+            break
+        pieces.append(nxt)
+        last = len(nxt)
+    return pieces
+
+
+def _joined_below(text: str, next_raw: NextLine) -> str:
+    return text + "".join(_continuations(len(text), text, next_raw))
+
+
+def _count_unparsed(text: str, cands: Iterable[Signature], result: ScanResult) -> None:
+    """A line that holds a diagnostic literal but matched nothing: a format change
+    (or a cut line) that must be visible in the footer, named by the signature."""
+    sig = next((s for s in cands if any(u in text for u in s.unparsed_if)), None)
+    if sig is not None:
+        result.skipped[f"{UNPARSED}{sig.id}"] += 1
+
+
 def _cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     """Shorten evidence at a space so no token is split: a secret cut in half would
     be too short for the redactor to recognise."""
@@ -303,10 +402,6 @@ def _decoy_position(text: str) -> int | None:
     return best
 
 
-def _same(value: str | None) -> str | None:
-    return value
-
-
 def _decode(raw: Buffer, result: ScanResult) -> str:
     if len(raw) > MAX_LINE_BYTES:
         result.skipped["over-long line cut to 1 MiB"] += 1
@@ -319,11 +414,36 @@ def _decode(raw: Buffer, result: ScanResult) -> str:
 
 
 ProgressFn = Callable[[int], None]
-NextLine = Callable[[], str | None]
+# next_raw(k): the k-th physical line after the candidate (0: the next one), or None.
+NextLine = Callable[[int], str | None]
 
 
-def _no_line() -> None:
+def _no_line(k: int) -> None:
     return None
+
+
+class _LinesAfter:
+    """The lines after a candidate: first `head` (already decoded), then `more(k)`."""
+
+    def __init__(self, head: Sequence[str], more: NextLine | None = None) -> None:
+        self.head, self.more = head, more
+
+    def __call__(self, k: int) -> str | None:
+        if k < len(self.head):
+            return self.head[k]
+        return self.more(k - len(self.head)) if self.more else None
+
+
+class _FileLines:
+    """Physical lines read on from `f` past the end of a --jobs byte range."""
+
+    def __init__(self, f: BinaryIO, counts: ScanResult) -> None:
+        self.f, self.counts, self.lines = f, counts, list[str | None]()
+
+    def __call__(self, k: int) -> str | None:
+        while len(self.lines) <= k and (not self.lines or self.lines[-1] is not None):
+            self.lines.append(_read_line(self.f, self.counts))
+        return self.lines[k] if k < len(self.lines) else None
 
 
 def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
@@ -346,8 +466,85 @@ def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
     return _decode(b"".join(pieces), counts)
 
 
-def _line_at(block: Buffer, start: int, size: int, counts: ScanResult) -> str:
-    """The physical line starting at `start` (decoded only when asked for)."""
+def _line_before(
+    block: Buffer, start: int, counts: ScanResult, above: Sequence[str], k: int = 0
+) -> str | None:
+    """The k-th physical line before the one starting at `start` (0: the one just
+    above): from the block, then from `above` (earlier blocks' last lines)."""
+    end = start - 1  # the newline that ends the line above
+    for i in range(k + 1):
+        if end < 0:
+            j = k - i
+            return above[j] if j < len(above) else None
+        begin = block.rfind(b"\n", 0, end) + 1
+        line_end, end = end, begin - 1
+    return _decode(block[begin:line_end], counts)
+
+
+def _tail_start(block: Buffer, size: int) -> int:
+    """Where the block's last MAX_WRAP_LINES lines begin: a candidate there may
+    continue into the next block."""
+    pos = size - 1
+    for _ in range(MAX_WRAP_LINES + 1):
+        pos = block.rfind(b"\n", 0, pos)
+        if pos == -1:
+            return 0
+    return pos + 1
+
+
+def _last_lines(block: Buffer, size: int, above: Sequence[str], counts: ScanResult) -> list[str]:
+    """The block's last MAX_WRAP_LINES lines, nearest first, topped up from `above`."""
+    out: list[str] = []
+    end = size - 1 if size and block[size - 1] == 10 else size
+    while len(out) < MAX_WRAP_LINES and end >= 0:
+        begin = block.rfind(b"\n", 0, end) + 1
+        out.append(_decode(block[begin:end], counts))
+        if begin == 0:
+            return (out + list(above))[:MAX_WRAP_LINES]
+        end = begin - 1
+    return out
+
+
+class _Pending:
+    """A candidate near a block's end, with the lines after it in that block (copied:
+    the buffer is reused), matched once the next block (or the end) is known."""
+
+    def __init__(
+        self,
+        lineno: int,
+        raw: str,
+        block: Buffer,
+        start: int,
+        size: int,
+        counts: ScanResult,
+        before: NextLine,
+    ) -> None:
+        self.lineno, self.raw = lineno, raw
+        self.after: list[str] = []
+        while start < size and len(self.after) < MAX_WRAP_LINES:
+            end = block.find(b"\n", start, size)
+            end = size if end == -1 else end
+            self.after.append(_decode(block[start:end], counts))
+            start = end + 1
+        self.before = [b for k in range(MAX_WRAP_LINES) if (b := before(k)) is not None]
+
+    def match(self, source: str, matcher: Matcher, result: ScanResult, more: NextLine) -> None:
+        after = _LinesAfter(self.after, more)
+        matcher.match(
+            source, self.lineno, self.raw, after, result, prev_raw=_LinesAfter(self.before)
+        )
+
+
+def _line_at(block: Buffer, start: int, size: int, counts: ScanResult, k: int = 0) -> str | None:
+    """The k-th physical line from `start` (decoded only when asked for); None past
+    the end of the block."""
+    for _ in range(k):
+        nl = block.find(b"\n", start, size)
+        if nl == -1:
+            return None
+        start = nl + 1
+    if start >= size:
+        return None
     end = block.find(b"\n", start, size)
     return _decode(block[start : end if end != -1 else size], counts)
 
@@ -365,34 +562,42 @@ def scan_fast(
     raised as soon as a block crosses it (see limits.py). With `rollup`, stats lines
     of one stream and clock minute come back merged (rollup.py)."""
     result = ScanResult(source=src.name)
+    matcher.begin()
     if rollup:
         result.sink = RollupSink(result.hits)
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
-    # The last line of a block may be a hard-wrapped record whose continuation
-    # opens the next block: it waits for that first line before it is matched.
-    pending: tuple[int, str] | None = None
+    # A candidate among a block's last lines may be a hard-wrapped record whose
+    # continuation opens the next block: it waits, with the lines around it, for
+    # that block. `above` keeps the previous blocks' last lines (nearest first) for
+    # the pieces of a wrapped record that start before a block.
+    pending: list[_Pending] = []
+    above: list[str] = []
     with open_binary(src) as f:
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
-            if pending is not None:
-                nxt = _line_at(block, 0, size, scratch)
-                matcher.match(src.name, pending[0], pending[1], partial(_same, nxt), result)
-                pending = None
+            if pending:
+                more = partial(_line_at, block, 0, size, scratch)
+                for p in pending:
+                    p.match(src.name, matcher, result, more)
+                pending = []
             cands = finder.candidate_lines(block, size)
             numbers, newlines = number_lines(block, cands, next_line, size)
+            tail = _tail_start(block, size)
             for (start, end, first), lineno in zip(cands, numbers, strict=True):
                 if matcher.decoy_only(block, start, end, first):
                     result.skipped[DECOY] += 1
                     continue
                 raw = _decode(block[start:end], result)
-                if end + 1 >= size:
-                    pending = (lineno, raw)
+                before: NextLine = partial(_line_before, block, start, scratch, above)
+                if start >= tail:
+                    pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
                     continue
                 following: NextLine = partial(_line_at, block, end + 1, size, scratch)
-                matcher.match(src.name, lineno, raw, following, result)
+                matcher.match(src.name, lineno, raw, following, result, prev_raw=before)
+            above = _last_lines(block, size, above, scratch)
             result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
@@ -404,12 +609,13 @@ def scan_fast(
                 else:
                     progress(on_disk() - reported)
                     reported = on_disk()
-        if pending is not None:
+        if pending:
             # At the end of a --jobs byte range the next physical line is the first
             # of the next range: read it, so a record wrapped across the split is
             # rejoined exactly as in a single pass.
-            last: NextLine = partial(_read_line, f, scratch) if byte_range else _no_line
-            matcher.match(src.name, pending[0], pending[1], last, result)
+            last: NextLine = _FileLines(f, scratch) if byte_range else _no_line
+            for p in pending:
+                p.match(src.name, matcher, result, last)
         if was_truncated(f):
             result.skipped[TRUNCATED.format(codec=src.codec)] += 1
     result.close()
@@ -423,6 +629,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     skipped['prefilter miss'] so tests can fail loudly on such signatures.
     """
     result = ScanResult(source=src.name)
+    matcher.begin()
     with open_binary(src) as f:
         data = f.read()
         if was_truncated(f):
@@ -437,7 +644,6 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     decoded = [_decode(r, ScanResult(source="")) for r in raw_lines]
     for i, raw_b in enumerate(raw_lines):
         raw = _decode(raw_b, result)
-        nxt = decoded[i + 1] if i + 1 < len(decoded) else None
         cands = matcher.candidates(raw)
         if not cands:
             line = normalise(raw)
@@ -445,5 +651,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
                 if list(s.finditer(line.text)):
                     result.skipped["prefilter miss"] += 1
             continue
-        matcher.match(src.name, i + 1, raw, partial(_same, nxt), result)
+        after = _LinesAfter(decoded[i + 1 : i + 1 + MAX_WRAP_LINES])
+        above = _LinesAfter(decoded[max(0, i - MAX_WRAP_LINES) : i][::-1])
+        matcher.match(src.name, i + 1, raw, after, result, prev_raw=above)
     return result

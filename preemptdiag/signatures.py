@@ -87,6 +87,10 @@ class Signature:
     no_matches: tuple[str, ...]
     path: str
     builtin: bool
+    # A candidate line holding one of these literals that no signature matched is
+    # counted as unparsed (ScanStats.skipped): literals that alone mean "this is that
+    # line", so a format the engine changed shows up at once instead of vanishing.
+    unparsed_if: tuple[str, ...] = ()
 
     def extract(self, m: Match[str]) -> dict[str, FieldValue]:
         """Typed fields of one match; a group that did not take part is None."""
@@ -176,6 +180,11 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
     if not matches:
         raise _fail(path, sid, "needs at least one [[signature.match]] example")
     no_matches = tuple(str(e["line"]) for e in raw.get("no_match", []))
+    unparsed_if = raw.get("unparsed_if", [])
+    if not isinstance(unparsed_if, list) or not all(isinstance(u, str) and u for u in unparsed_if):
+        raise _fail(path, sid, "'unparsed_if' must be a list of non-empty strings")
+    if any(not any(lit in u for lit in prefilter) for u in unparsed_if):
+        raise _fail(path, sid, "every 'unparsed_if' literal must contain a prefilter literal")
     return Signature(
         id=sid,
         family=str(raw["family"]),
@@ -193,6 +202,7 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
         no_matches=no_matches,
         path=str(path),
         builtin=builtin,
+        unparsed_if=tuple(unparsed_if),
     )
 
 

@@ -51,6 +51,7 @@ _COLUMNS = {
     # Order key (with source) of the row's last line.
     "last_us": "Int64",
     "last_line": "Int64",
+    "last_sig": "Utf8",  # ties on one line (glued records): the same pick either way
     "peak_kv": "Float64",  # highest KV usage (-1: none)
     "peak_running": "Int64",  # fewest running on a line at peak_kv
 }
@@ -100,6 +101,7 @@ def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
             put[name](value)
         put["last_us"](_micros(last.ts))
         put["last_line"](last.line)
+        put["last_sig"](last.sig)
         if e.rollup is not None:
             put["peak_kv"](e.rollup.stats.peak_kv)
             put["peak_running"](e.rollup.stats.peak_running)
@@ -202,11 +204,11 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
             running_max=pl.col("running_max").max(),
             running_mean=ratio("running_sum", "running_n"),
             waiting_first=pl.col("waiting_first").drop_nulls().first(),
-            waiting_last=last_by("waiting_last", "last_us", "source", "last_line"),
+            waiting_last=last_by("waiting_last", "last_us", "source", "last_line", "last_sig"),
             waiting_max=pl.col("waiting_max").max(),
             waiting_share=ratio("waiting_pos", "waiting_n"),
             swapped_first=pl.col("swapped_first").drop_nulls().first(),
-            swapped_last=last_by("swapped_last", "last_us", "source", "last_line"),
+            swapped_last=last_by("swapped_last", "last_us", "source", "last_line", "last_sig"),
             swapped_max=pl.col("swapped_max").max(),
             prompt=ratio("prompt_sum", "prompt_n"),
             gen=ratio("gen_sum", "gen_n"),

@@ -115,7 +115,10 @@ def test_truncated_keeps_what_was_read(
     p = tmp_path / f"cut{SUFFIX[codec]}"
     p.write_bytes(blob[: len(blob) * 3 // 4])
     _, report = _report(capsys, str(p))
-    assert report["scan"]["skipped"] == {f"truncated {codec}: input ended early": 1}
+    skipped = dict(report["scan"]["skipped"])
+    # The cut can fall inside a stats line: that one line is named as unparsed.
+    assert skipped.pop("unparsed: vllm.v1.stats", 0) <= 1
+    assert skipped == {f"truncated {codec}: input ended early": 1}
     assert 0 < report["scan"]["lines_read"] < 40_000
     assert report["verdict"]["class"] == "thrash_loop"
 

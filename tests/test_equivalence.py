@@ -26,7 +26,7 @@ from typing import BinaryIO
 import pytest
 
 import preemptdiag.scan as scan_mod
-from preemptdiag.lines import normalise
+from preemptdiag.lines import normalise, starts_record
 from preemptdiag.parallel import RANGES_PER_JOB, merge, scan_parallel
 from preemptdiag.prefilter import iter_blocks, split_ranges
 from preemptdiag.scan import Matcher, ScanResult, scan_fast, scan_reference
@@ -360,21 +360,32 @@ def test_jobs_two_matches_one_process(logs: dict[str, Path]) -> None:
         _assert_same_scan(par, scan_fast(src, MATCHER))
 
 
-def test_split_at_every_line_matches_one_pass(tmp_path: Path) -> None:
-    # Records are hard-wrapped at random: with a split at every line start, each
-    # wrapped record's first half ends a range and its second half opens the next.
+def test_split_at_every_record_start_matches_one_pass(tmp_path: Path) -> None:
+    # Records are hard-wrapped at random: with a split at every record start, each
+    # range holds whole records, and a worker rejoins exactly what one pass does.
     data = adversarial_log(seed=17, pages=16, wrapped=True)
     path = tmp_path / "wrapped.log"
     path.write_bytes(data)
     src = open_source(str(path))
-    starts = [0] + [i + 1 for i, b in enumerate(data[:-1]) if b == 10]
+    # --jobs splits only where a record starts (prefilter.split_ranges): a worker
+    # may look back inside its own range for the first pieces of a wrapped record.
+    lines = data.split(b"\n")
+    offsets = [0]
+    for ln in lines[:-1]:
+        offsets.append(offsets[-1] + len(ln) + 1)
+    starts = [0] + [
+        o
+        for o, ln in zip(offsets[1:], lines[1:], strict=True)
+        if ln and starts_record(ln.decode("utf-8", "replace").rstrip("\r"))
+    ]
     ranges = list(zip(starts, [*starts[1:], len(data)], strict=True))
     one = scan_fast(src, MATCHER)
     _assert_same_scan(merge(src.name, [scan_fast(src, MATCHER, byte_range=r) for r in ranges]), one)
     # Not vacuous: scanned as separate files (no look past their end), lines lose
     # the records wrapped onto the next line.
     alone = []
-    for i, (lo, hi) in enumerate(ranges):
+    every = [0] + [i + 1 for i, b in enumerate(data[:-1]) if b == 10]
+    for i, (lo, hi) in enumerate(zip(every, [*every[1:], len(data)], strict=True)):
         part = tmp_path / f"line{i}.log"
         part.write_bytes(data[lo:hi])
         alone.append(scan_fast(open_source(str(part)), MATCHER))

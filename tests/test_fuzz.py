@@ -236,7 +236,7 @@ def test_matcher_never_raises(raw: str, nxt: str | None) -> None:
     result = ScanResult(source="fuzz")
     # Physical lines hold no \n; the matcher sees one line and its successor.
     raw, nxt = raw.replace("\n", " "), None if nxt is None else nxt.replace("\n", " ")
-    MATCHER.match("fuzz", 7, raw, lambda: nxt, result)
+    MATCHER.match("fuzz", 7, raw, lambda k: nxt if k == 0 else None, result)
     for h in result.hits:
         assert h.line == 7
         assert h.repeat >= 1

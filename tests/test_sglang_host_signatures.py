@@ -73,6 +73,7 @@ def test_old_retraction_wording_is_preemption_not_runtime_oom(sigs: list[Signatu
             "count": 6,
             "aborted_reqs": None,
             "new_tokens_gained": None,
+            "mamba_num_gained": None,
             "new_token_ratio": 0.4,
         }
     }
@@ -164,7 +165,8 @@ def test_kernel_kill_eras(sigs: list[Signature]) -> None:
 
 
 def test_decode_fields_stop_at_the_next_glued_record(sigs: list[Signature]) -> None:
-    # #retracted-req of the record glued behind is not this record's; the quick
+    # #retracted-req (the PD-decode retracted queue, read as retracted_queue) of the
+    # record glued behind is not this record's; the quick
     # look-ahead that skips the bounded scan on lines without the field must not
     # change that (it only ever skips scans that would fail).
     first = (
@@ -178,9 +180,9 @@ def test_decode_fields_stop_at_the_next_glued_record(sigs: list[Signature]) -> N
     )
     (decode,) = [s for s in sigs if s.id == "sglang.stats.decode"]
     got = [decode.extract(m) for m in decode.finditer(first + second)]
-    assert [(f["running"], f["retracted_reqs"], f["waiting"]) for f in got] == [
+    assert [(f["running"], f["retracted_queue"], f["waiting"]) for f in got] == [
         (3, None, 0),
         (2, 1, 5),
     ]
     alone = [decode.extract(m) for m in decode.finditer(first)]
-    assert [(f["retracted_reqs"], f["gen_tput"]) for f in alone] == [(None, 50.0)]
+    assert [(f["retracted_queue"], f["gen_tput"]) for f in alone] == [(None, 50.0)]
