@@ -390,15 +390,32 @@ def _host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | 
         return None, None, None
     cause = consequence = why = None
     if kills:
-        k = next((e for e in kills if e.fields.get("subtype") == "kernel_kill"), kills[0])
+        k = next(
+            (e for e in kills if e.fields.get("subtype") == "kernel_kill"),
+            next((e for e in kills if e.fields.get("process")), kills[0]),
+        )
+        st = str(k.fields.get("subtype") or "kill")
         proc = k.fields.get("process") or k.fields.get("unit")
         pid = k.fields.get("pid")
         rss = k.fields.get("anon_rss_kb")
         when = f" at {k.ts:%H:%M:%S}" if k.ts else ""
         who = f"{proc} (pid {pid})" if proc and pid else str(proc or "a process")
         size = f", anon-rss {int(rss) / 1024**2:.1f} GiB" if isinstance(rss, int) else ""
-        cause = f"{k.fields.get('subtype', 'kill')}: {who} killed{when}{size} [{k.source}:{k.line}]"
-        why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
+        where = f"[{k.source}:{k.line}]"
+        if st == "oom_invoked":
+            # The process that invoked the killer is not its victim; the kill line
+            # itself is not in the log (a cut-off report).
+            cause = f"the kernel OOM killer ran{when}, invoked by {who} {where}"
+            why = (
+                f"the kernel OOM killer ran{when} (invoked by {who}; the kill line is not "
+                "in the log): host memory, not the GPU"
+            )
+        elif st == "ray_memory_monitor":
+            cause = f"Ray's memory monitor killed {who}{when}{size} {where}"
+            why = f"Ray's memory monitor killed {who}{when} for node RAM: host memory, not the GPU"
+        else:
+            cause = f"{st.replace('_', ' ')}: {who} killed{when}{size} {where}"
+            why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
     if after:
         a = after[0]
         consequence = f"container terminated: {a.fields.get('subtype')} [{a.source}:{a.line}]"

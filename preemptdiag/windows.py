@@ -350,7 +350,15 @@ def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
     """The lines that decide a window: failures first, then preemptions, then the
     stats line with the highest KV usage (and a preempting stats line)."""
     chosen: list[Event] = []
-    for e in sorted(evs, key=lambda e: (_EVIDENCE_ORDER[e.kind], e.ts is None, e.line)):
+    # Within a kind: the kernel's kill line, then the first line of each signature,
+    # then repeats, so a report's `Tasks state` table cannot push the kill out.
+    firsts = {id(e) for e in {e.sig: e for e in reversed(evs)}.values()}
+
+    def order(e: Event) -> tuple[int, bool, bool, bool, int]:
+        kill = e.fields.get("subtype") == "kernel_kill"
+        return (_EVIDENCE_ORDER[e.kind], not kill, id(e) not in firsts, e.ts is None, e.line)
+
+    for e in sorted(evs, key=order):
         if e.kind is Kind.STATS:
             continue
         if e.kind in (Kind.CAPACITY, Kind.CONFIG, Kind.CONTEXT):

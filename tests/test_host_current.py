@@ -116,7 +116,8 @@ def test_cut_kernel_report_alone_is_host_pressure(
     code, report = _analyze(capsys, tmp_path, CUT_REPORT)
     v = report["verdict"]
     assert (v["class"], v["confidence"], code) == ("host_pressure", "high", 1)
-    assert v["cause"].startswith("oom_invoked: sglang::schedu")
+    assert v["cause"].startswith("the kernel OOM killer ran at 12:00:01, invoked by sglang::schedu")
+    assert "the kill line is not in the log" in v["why"]
     assert [e["signature"] for e in v["evidence"]] == [
         "system.kernel.oom_invoked",
         "system.kernel.oom_free_swap",
@@ -179,7 +180,9 @@ def test_ray_kill_detail_alone_is_host_pressure(
     code, report = _analyze(capsys, tmp_path, [RAY_DETAIL])
     v = report["verdict"]
     assert (v["class"], code) == ("host_pressure", 1)
-    assert v["cause"].startswith("ray_memory_monitor: RayWorkerWrapper.execute_method (pid 30017)")
+    assert v["cause"].startswith(
+        "Ray's memory monitor killed RayWorkerWrapper.execute_method (pid 30017)"
+    )
 
 
 @pytest.mark.parametrize(

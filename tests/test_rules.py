@@ -96,7 +96,7 @@ def test_kernel_kill_before_cuda_oom_is_host_pressure_as_cause() -> None:
     )
     v = verdict(ws, THR, SEEING, 60, [kill, oom])
     assert v.cls is Class.HOST_PRESSURE
-    assert v.cause is not None and v.cause.startswith("kernel_kill")
+    assert v.cause is not None and v.cause.startswith("kernel kill: ")
 
 
 def test_cuda_oom_before_restart_is_allocation_failure_with_restart_as_consequence() -> None:
