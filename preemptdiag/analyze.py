@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -58,6 +58,8 @@ class Options:
     time: TimeContext = field(default_factory=TimeContext)
     since: datetime | None = None
     until: datetime | None = None
+    # (--since, --until) given as a bare time of day: placed on the log's first date
+    clock_range: tuple[bool, bool] = (False, False)
     jobs: int = 1
     redact: bool = True
     strict: bool = False
@@ -317,15 +319,16 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         events.extend(_scrape_events(scrapes, replicas[0]))
         notes.append(_scrape_note(summarize(scrapes)))
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
-    if opts.since or opts.until:
+    # Configuration and capacity are facts of a replica, whatever --since/--until
+    # keep: the filter narrows the windows and their evidence, not what the engine is.
+    unfiltered = events
+    since, until = _time_range(opts, events)
+    if since or until:
         events = [
             e
             for e in events
             if e.ts is None
-            or (
-                (opts.since is None or e.ts >= opts.since)
-                and (opts.until is None or e.ts < opts.until)
-            )
+            or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
     info = detect_engine(events)
     vis = preemption_visibility(events, info)
@@ -336,7 +339,9 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         opts.window_seconds,
     )
     v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
-    facts = read_facts(events)
+    if not windows and unfiltered:
+        v = replace(v, why=_filtered_out(unfiltered, since, until), filtered_out=True)
+    facts = read_facts(_replica_events(unfiltered, v.replica))
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
     redactor = Redactor(enabled=opts.redact)
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
@@ -357,6 +362,45 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         tool_version=__version__,
     )
     return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
+
+
+def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None, datetime | None]:
+    """--since/--until; a bare time of day is read on the date the log starts (in
+    --tz), and an --until clock at or before --since's is on the next day."""
+    since, until = opts.since, opts.until
+    first = next((e.ts for e in events if e.ts is not None), None)
+    if first is None:
+        return since, until
+    day = first.astimezone(opts.time.tz).date()
+
+    def on_day(t: datetime) -> datetime:
+        return datetime.combine(day, t.timetz().replace(tzinfo=None), tzinfo=opts.time.tz)
+
+    if since is not None and opts.clock_range[0]:
+        since = on_day(since)
+    if until is not None and opts.clock_range[1]:
+        until = on_day(until)
+        if since is not None and until <= since:
+            until += timedelta(days=1)
+    return since, until
+
+
+def _filtered_out(events: Sequence[Event], since: datetime | None, until: datetime | None) -> str:
+    stamps = [e.ts for e in events if e.ts is not None]
+    span = f"{min(stamps):%Y-%m-%d %H:%M:%S} to {max(stamps):%Y-%m-%d %H:%M:%S}" if stamps else "?"
+    lo = f"{since:%Y-%m-%d %H:%M:%S}" if since else "the start"
+    hi = f"{until:%Y-%m-%d %H:%M:%S}" if until else "the end"
+    return (
+        f"{len(events)} event(s) matched, but none fall between {lo} and {hi} "
+        f"(--since/--until); the input spans {span} UTC"
+    )
+
+
+def _replica_events(events: Sequence[Event], replica: str) -> list[Event]:
+    """The events of one replica (all of them when the verdict names none): its
+    config and capacity must not come from another engine in the same run."""
+    own = [e for e in events if e.replica == replica]
+    return own if replica and own else list(events)
 
 
 def _rollup_exact(opts: Options) -> bool:

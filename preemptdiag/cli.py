@@ -80,6 +80,13 @@ def _parse_time(text: str | None, flag: str) -> datetime | None:
     return dt
 
 
+def _clock_only(text: str | None) -> bool:
+    """`--since 16:07`: a time of day, read on the log's own date (not today's)."""
+    import re
+
+    return text is not None and re.fullmatch(r"\s*\d{1,2}:\d\d(?::\d\d)?\s*", text) is not None
+
+
 def _parse_tz(text: str | None) -> Any:
     from datetime import UTC, timedelta, timezone
 
@@ -186,6 +193,7 @@ def _build_options(
         ),
         since=_parse_time(since, "--since"),
         until=_parse_time(until, "--until"),
+        clock_range=(_clock_only(since), _clock_only(until)),
         jobs=jobs if jobs is not None else default_jobs(),
         redact=not no_redact,
         strict=strict,

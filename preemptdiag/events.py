@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 
+from packaging.version import InvalidVersion, Version
+
 from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
 from preemptdiag.rollup import map_rollup, member_time, stats_preemptions
 from preemptdiag.rotation import Span, rotated_sets
@@ -386,26 +388,27 @@ def detect_engine(events: Sequence[Event]) -> EngineInfo:
     engine = max(engines, key=lambda k: engines[k]) if engines else "unknown"
     generation = max(gens, key=lambda k: gens[k]) if gens and engine == "vllm" else None
     if generation is None and engine == "vllm" and version:
-        generation = "v1" if _version_tuple(version) >= (0, 8, 0) else "v0"
+        parsed = parse_version(version)
+        if parsed is not None:
+            generation = "v1" if parsed.release >= (0, 8, 0) else "v0"
     return EngineInfo(engine=engine, generation=generation, version=version)
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    parts: list[int] = []
-    for p in v.split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-        if not p.isdigit():
-            break
-    return tuple(parts)
+def parse_version(v: str) -> Version | None:
+    """A release as PEP 440 orders it (`0.11.0+cu126` is 0.11.0 with a local tag, not
+    0.11.126); None for text that is no version."""
+    try:
+        return Version(v.strip().lstrip("vV"))
+    except InvalidVersion:
+        return None
 
 
 def version_at_least(info: EngineInfo, *want: int) -> bool | None:
-    if not info.version:
+    """Whether the engine's release is at least `want`; None when unknown."""
+    parsed = parse_version(info.version) if info.version else None
+    if parsed is None:
         return None
-    return _version_tuple(info.version) >= want
+    return parsed.release >= want
 
 
 def with_text(e: Event, text: str) -> Event:

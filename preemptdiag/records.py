@@ -166,6 +166,7 @@ class Verdict:
     why: str
     evidence: tuple[Event, ...]
     evidence_found: bool = True
+    filtered_out: bool = False  # lines matched, but --since/--until left no window
     cause: str | None = None  # when host and GPU evidence both exist
     consequence: str | None = None
     suspected: bool = False  # insufficient evidence but pressure suspected

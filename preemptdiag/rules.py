@@ -107,6 +107,9 @@ def _counter_visibility(
     return Visibility(True, capture, silent)
 
 
+_CONF_ORDER = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
+
+
 def _stats_confidence(w: Window) -> Confidence:
     if w.n_stats >= 3:
         return Confidence.HIGH
@@ -220,11 +223,17 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
             ),
         )
     seen = "no preemption seen (this log cannot show it)" if blind else "no preemption"
+    # A log that cannot show preemptions cannot be highly sure there were none.
+    conf = (
+        min(_stats_confidence(w), Confidence.MEDIUM, key=_CONF_ORDER.index)
+        if blind
+        else (_stats_confidence(w))
+    )
     if waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share:
         return replace(
             w,
             cls=Class.QUEUEING,
-            confidence=_stats_confidence(w),
+            confidence=conf,
             why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, {seen}",
         )
     if w.waiting_max is None:
@@ -236,7 +245,7 @@ def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
     return replace(
         w,
         cls=Class.HEALTHY,
-        confidence=_stats_confidence(w),
+        confidence=conf,
         why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, {seen}",
     )
 
@@ -363,6 +372,35 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
     return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
 
 
+def _suspect(w: Window, thr: Thresholds, vis: Visibility) -> bool:
+    """An insufficient-evidence window for KV pressure the log cannot explain (not
+    one that is undecided because the engine died)."""
+    return (
+        w.cls is Class.INSUFFICIENT_EVIDENCE
+        and not w.engine_deaths
+        and vis.blind_at(w)
+        and (w.kv_max or 0.0) >= thr.kv_pressure_pct
+        and (w.waiting_max or 0) > 0
+    )
+
+
+def _healthy_why(windows: Sequence[Window], fallback: str) -> str:
+    """A healthy verdict speaks for the whole input, not its first window (which is
+    often start-up lines only)."""
+    stats = [w for w in windows if w.n_stats]
+    if not stats:
+        return fallback
+    kv = [w.kv_max for w in stats if w.kv_max is not None]
+    waiting = [w.waiting_max for w in stats if w.waiting_max is not None]
+    n = sum(w.n_stats for w in stats)
+    parts = [f"{n} stats line(s) in {len(stats)} window(s)"]
+    if kv:
+        parts.append(f"KV max {max(kv):.1f}%")
+    parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")
+    tail = stats[-1].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
+    return ", ".join(parts) + f", {tail}"
+
+
 def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
     c = [w for w in windows if w.cls is cls and w.start is not None]
     return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
@@ -454,6 +492,8 @@ def verdict(
     )
     cls = head.cls
     why = head.why
+    if cls is Class.HEALTHY:
+        why = _healthy_why(windows, why)
     if alloc and host:
         if host.start <= alloc.start:  # type: ignore[operator]
             cls, cause, consequence = (
@@ -475,9 +515,9 @@ def verdict(
         why = h_why or why
         cause = h_cause or cause
         consequence = h_cons or consequence
-    suspected = cls is Class.INSUFFICIENT_EVIDENCE and vis.blind_at(head)
+    suspected = cls is Class.INSUFFICIENT_EVIDENCE and _suspect(head, thr, vis)
     if suspected:
-        n = sum(1 for w in windows if w.cls is Class.INSUFFICIENT_EVIDENCE)
+        n = sum(1 for w in windows if _suspect(w, thr, vis))
         if n >= thr.suspect_min_windows:
             conf = Confidence.MEDIUM
         why = (

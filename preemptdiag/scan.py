@@ -47,6 +47,8 @@ TRUNCATED = "truncated {codec}: input ended early"
 DECOY = "decoy in request text"
 # skipped["unparsed: <signature id>"]: the signature's literal was there, its regex failed.
 UNPARSED = "unparsed: "
+# skipped["value out of range: <signature id>"]: matched, but a number would not fit.
+UNREADABLE = "value out of range: "
 
 # A match that starts after one of these markers sits inside a logged request:
 # user text quoting a signal line is a decoy, never evidence.
@@ -305,6 +307,12 @@ class Matcher:
                     for s, e, o in taken
                 ):
                     continue
+                try:
+                    fields = sig.extract(m)
+                except (ValueError, OverflowError):
+                    result.skipped[f"{UNREADABLE}{sig.id}"] += 1
+                    found = True  # recognised, and counted as skipped: not "unparsed"
+                    continue
                 taken.append((start, end, sig))
                 found = True
                 proc = proc_before(text, start) or sglang_rank(rank)
@@ -314,7 +322,7 @@ class Matcher:
                         line=lineno,
                         sig=sig.id,
                         kind=sig.kind,
-                        fields=sig.extract(m),
+                        fields=fields,
                         text=_cut(record_text(text, start, end)),
                         ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
                         ts_engine=engine_ts_before(text, start),
@@ -521,12 +529,19 @@ class _Pending:
     ) -> None:
         self.lineno, self.raw = lineno, raw
         self.after: list[str] = []
-        while start < size and len(self.after) < MAX_WRAP_LINES:
+        self.extend(block, start, size, counts)
+        self.before = [b for k in range(MAX_WRAP_LINES) if (b := before(k)) is not None]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.after) >= MAX_WRAP_LINES
+
+    def extend(self, block: Buffer, start: int, size: int, counts: ScanResult) -> None:
+        while start < size and not self.complete:
             end = block.find(b"\n", start, size)
             end = size if end == -1 else end
             self.after.append(_decode(block[start:end], counts))
             start = end + 1
-        self.before = [b for k in range(MAX_WRAP_LINES) if (b := before(k)) is not None]
 
     def match(self, source: str, matcher: Matcher, result: ScanResult, more: NextLine) -> None:
         after = _LinesAfter(self.after, more)
@@ -579,10 +594,13 @@ def scan_fast(
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
             if pending:
-                more = partial(_line_at, block, 0, size, scratch)
+                # Each waiting candidate takes the lines it needs from this block;
+                # those that have all they need go, in order (tiny blocks may need
+                # several blocks to fill one).
                 for p in pending:
-                    p.match(src.name, matcher, result, more)
-                pending = []
+                    p.extend(block, 0, size, scratch)
+                while pending and pending[0].complete:
+                    pending.pop(0).match(src.name, matcher, result, _no_line)
             cands = finder.candidate_lines(block, size)
             numbers, newlines = number_lines(block, cands, next_line, size)
             tail = _tail_start(block, size)

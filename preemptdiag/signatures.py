@@ -34,8 +34,17 @@ _SIZE_UNITS = {
 }
 
 
+# Counts, sizes and token numbers a real engine prints fit in 64 bits; a longer
+# number is a damaged or hostile line, refused here (and counted by the scan) rather
+# than carried into the windows' int64 columns.
+_INT_LIMIT = 1 << 63
+
+
 def _to_int(s: str) -> int:
-    return int(s.replace(",", "").replace("_", ""))
+    v = int(s.replace(",", "").replace("_", ""))
+    if not -_INT_LIMIT < v < _INT_LIMIT:
+        raise ValueError(f"number out of range: {s[:40]!r}")
+    return v
 
 
 def _to_size(s: str) -> int:
@@ -45,7 +54,10 @@ def _to_size(s: str) -> int:
     unit = (m.group(2) or "bytes").lower()
     if unit not in _SIZE_UNITS:
         raise ValueError(f"unknown size unit in {s!r}")
-    return round(float(m.group(1).replace(",", "")) * _SIZE_UNITS[unit])
+    v = round(float(m.group(1).replace(",", "")) * _SIZE_UNITS[unit])
+    if not -_INT_LIMIT < v < _INT_LIMIT:
+        raise ValueError(f"size out of range: {s[:40]!r}")
+    return v
 
 
 CONVERTERS: dict[str, Callable[[str], FieldValue]] = {

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from preemptdiag.records import Report
+from preemptdiag.render.common import no_evidence
 
 
 def verdict_line(report: Report) -> str:
     v = report.verdict
     if not v.evidence_found:
-        return "no vLLM evidence found"
+        return no_evidence(v)
     span = ""
     if v.start is not None:
         span = f" {v.start:%Y-%m-%d %H:%M}Z" if v.start.utcoffset() is not None else ""

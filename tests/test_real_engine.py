@@ -30,13 +30,27 @@ class Expect:
 
 # scenario -> (log alone, log + its scrapes)
 EXPECT: dict[str, tuple[Expect, Expect]] = {
+    # A V1 log cannot show preemptions (vllm PR #38452): alone, "none seen" is at
+    # most medium; the scrapes' counter makes it sure.
     "healthy": (
-        Expect("healthy", "high", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
         Expect("healthy", "high", False, None, 0),
     ),
     "queueing": (
+        Expect("queueing", "medium", False, None, 0),
         Expect("queueing", "high", False, None, 0),
-        Expect("queueing", "high", False, None, 0),
+    ),
+    # 3 preemptions in one burst, KV never pinned on a stats line, Waiting 0: the
+    # log alone cannot see them; the counter can.
+    "benign_preemption": (
+        Expect("healthy", "medium", False, None, 0),
+        Expect("benign_preemption", "medium", False, None, 0),
+    ),
+    # The 1,982-preemption overload: alone, suspected (never healthy or queueing);
+    # with the counter, a confident thrash loop and the cap that fits the pool.
+    "thrash_loop": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
     ),
 }
 
@@ -109,3 +123,19 @@ def test_ground_truth_agrees_with_the_class(name: str) -> None:
         assert delta == 0
     if want.cls in ("benign_preemption", "thrash_loop"):
         assert delta and delta > 0
+
+
+def test_thrash_lever_can_be_redone_from_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("thrash_loop", True))
+    lever = report["lever"]
+    truth = _truth("thrash_loop")
+    # The pool size comes from the engine's own line, the cap from its flags.
+    assert truth["kv_cache_tokens"] == 32_768
+    assert lever["arithmetic"][0] == "KV tokens = 32,768 (start-up KV token count)"
+    assert lever["current"] == "128" and "--max-num-seqs" in truth["server_flags"]
+    peak = [w for w in report["windows"] if w["class"] == "thrash_loop"]
+    assert peak and all(w["kv_max"] >= 95 for w in peak)
+    live = max(w["kv_max"] / 100 * 32_768 / w["kv_peak_running"] for w in peak)
+    assert int(lever["proposed"]) == int(0.9 * 32_768 / live)
+    # The cap must bite: below what ran at the peak.
+    assert int(lever["proposed"]) < max(w["running_max"] for w in peak)

@@ -16,6 +16,15 @@ from typing import Any
 from preemptdiag.records import Class, Event, Report, Verdict, Window
 
 NO_EVIDENCE = "no vLLM evidence found"
+FILTERED_OUT = "no event in the --since/--until range"
+
+
+def no_evidence(v: Verdict) -> str:
+    """The banner of a report without evidence: nothing matched, or the time filter
+    removed everything that did (a different mistake, and it must not read as green)."""
+    return FILTERED_OUT if v.filtered_out else NO_EVIDENCE
+
+
 SUSPECTED = "suspected, not proven"
 EMPTY = "–"  # an empty cell: visible, and never mistaken for zero
 EVIDENCE_MAX_LINES = 8

@@ -63,6 +63,7 @@ def verdict_dict(v: Verdict) -> dict[str, JSONValue]:
         "replica": v.replica,
         "why": v.why,
         "evidence_found": v.evidence_found,
+        "filtered_out": v.filtered_out,
         "suspected": v.suspected,
         "capture_next": v.capture_next,
         "cause": v.cause,

@@ -39,7 +39,7 @@ def _verdict(report: Report) -> list[str]:
     v = report.verdict
     out = [f"### preemptdiag: {v.cls} ({v.confidence})", ""]
     if not v.evidence_found:
-        out += [f"> **{common.NO_EVIDENCE}**", ""]
+        out += [f"> **{common.no_evidence(v)}**", ""]
     if v.suspected:
         out += [f"> **{common.SUSPECTED}** — capture next: {v.capture_next or common.EMPTY}", ""]
     out += [

@@ -70,7 +70,7 @@ def sarif_dict(report: Report) -> dict[str, JSONValue]:
     }
     notifications: list[JSONValue] = []
     if not v.evidence_found:
-        notifications.append({"level": "warning", "message": {"text": common.NO_EVIDENCE}})
+        notifications.append({"level": "warning", "message": {"text": common.no_evidence(v)}})
     if v.suspected:
         text = f"{common.SUSPECTED}; capture next: {v.capture_next or common.EMPTY}"
         notifications.append({"level": "note", "message": {"text": text}})

@@ -37,7 +37,7 @@ def _fields(rows: list[tuple[str, str | Text]], style: str = "") -> Table:
 def _verdict(console: Console, report: Report) -> None:
     v = report.verdict
     if not v.evidence_found:
-        console.print(Text(f"!! {common.NO_EVIDENCE} !!", style="bold reverse yellow"))
+        console.print(Text(f"!! {common.no_evidence(v)} !!", style="bold reverse yellow"))
     head = Text("preemptdiag  ", style="bold")
     head.append(str(v.cls), style=_class_style(v.cls, bold=True))
     head.append(f"  ({v.confidence} confidence)")

@@ -482,6 +482,7 @@ def test_json_structure_and_verdict_fields() -> None:
         "replica": "vllm.log",
         "why": "preemption in 3 consecutive windows with KV pinned at 98.5-100%",
         "evidence_found": True,
+        "filtered_out": False,
         "suspected": False,
         "capture_next": None,
         "cause": None,
