@@ -147,21 +147,31 @@ def _thrash(
         except DiagError:
             proposed = None
     cap = current if current is not None else default
+    # A cap only changes anything below what actually ran: at the thrash's peak.
+    ran = max((w.running_max for w in thrash if w.running_max is not None), default=None)
     if proposed is not None and cap is not None and proposed >= cap:
         arithmetic.append(
-            f"the demand-based value {proposed} is not below the current {cap}: the running "
-            "set is smaller than the cap, so halve the cap instead"
+            f"the demand-based value {proposed} is not below the current cap {cap}: a cap "
+            "there changes nothing"
         )
         proposed = None
     if proposed is None:
-        if cap is None:
+        if cap is None and ran is None:
             return _sglang_conservativeness(facts, engine)
-        proposed = max(1, cap // 2)
-        basis = "the log shows it" if current is not None else "not in the log: vLLM default"
-        arithmetic.append(
-            f"no KV capacity + stats pair to size from: halve the current value "
-            f"({cap}, {basis}) -> {proposed}"
-        )
+        basis = "the log shows it" if current is not None else "not in the log: default"
+        if ran is not None and (cap is None or ran < cap):
+            proposed = max(1, math.floor(thr.headroom * ran))
+            arithmetic.append(
+                f"no KV capacity + stats pair to size from; at most {ran} ran at the peak "
+                f"(cap {cap if cap is not None else '?'}, {basis}), so a cap must be below "
+                f"{ran} to bite: floor({thr.headroom:g} × {ran}) = {proposed}"
+            )
+        elif cap is not None:
+            proposed = max(1, cap // 2)
+            arithmetic.append(
+                f"no KV capacity + stats pair to size from; Running reached the cap "
+                f"({cap}, {basis}): halve it -> {proposed}"
+            )
     return Lever(
         knob=knob,
         current=str(shown_current) if shown_current is not None else None,

@@ -211,6 +211,41 @@ def _scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
 
 
 _SYSTEM_PREFIXES = ("system.", "k8s.", "docker.", "ray.")
+# A scrape dated only by its file's time joins a log only within this of its span: a
+# copied file's time is when it was copied, not when it was scraped.
+_MTIME_SLACK_S = 3600.0
+
+
+def _placed_scrapes(
+    proms: Sequence[Source], events: Sequence[Event]
+) -> tuple[list[Scrape], list[str]]:
+    """Every scrape with a time to place it by: its own stamp, else its file's time
+    when that lies near the log's span (or there is no log). Also the names of the
+    files that could not be placed."""
+    stamps = [e.ts for e in events if e.ts is not None]
+    lo, hi = (min(stamps), max(stamps)) if stamps else (None, None)
+    placed: list[Scrape] = []
+    unplaced: list[str] = []
+    # Files copied together get one time: their order and spacing are then unknown.
+    undated_times = [p.mtime for p in proms if p.mtime is not None]
+    copied_together = len(undated_times) > 1 and (
+        (max(undated_times) - min(undated_times)).total_seconds() < 2.0
+    )
+    for p in proms:
+        own = parse_scrapes(_read_text(p), p.name, None)
+        near = p.mtime is not None and (
+            lo is None
+            or hi is None
+            or (
+                (lo - p.mtime).total_seconds() <= _MTIME_SLACK_S
+                and (p.mtime - hi).total_seconds() <= _MTIME_SLACK_S
+            )
+        )
+        if any(sc.ts is None for sc in own) and (not near or copied_together):
+            unplaced.append(p.name)
+            own = [sc for sc in own if sc.ts is not None]
+        placed.extend(replace(sc, ts=sc.ts or p.mtime) for sc in own)
+    return placed, unplaced
 
 
 def _rotation_notes(events: Sequence[Event]) -> list[str]:
@@ -315,9 +350,17 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         if len(replicas) > 1:
             notes.append(f"/metrics scrapes attached to {replicas[0]} (several replicas present)")
         # One counter series across all scrape files: deltas run from file to file.
-        scrapes = [sc for p in proms for sc in parse_scrapes(_read_text(p), p.name, p.mtime)]
-        events.extend(_scrape_events(scrapes, replicas[0]))
-        notes.append(_scrape_note(summarize(scrapes)))
+        scrapes, unplaced = _placed_scrapes(proms, events)
+        if unplaced:
+            notes.append(
+                f"/metrics: {', '.join(unplaced)} carry no time of their own and their file "
+                "times fall outside the log's span (or are one copy time), so they cannot be "
+                "placed on its timeline and were not used (scrape with `date -u` or `# scraped_at: ...` first, or "
+                "keep file times: cp -p)"
+            )
+        if scrapes:
+            events.extend(_scrape_events(scrapes, replicas[0]))
+            notes.append(_scrape_note(summarize(scrapes)))
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
     # Configuration and capacity are facts of a replica, whatever --since/--until
     # keep: the filter narrows the windows and their evidence, not what the engine is.

@@ -51,22 +51,43 @@ def test_single_request_can_fill_the_pool_means_max_model_len() -> None:
     assert "1.53x < 2x" in lever.arithmetic[0]
 
 
-def test_thrash_without_capacity_halves_the_shown_value() -> None:
+def test_thrash_without_capacity_caps_below_what_ran() -> None:
+    # Cap 96, but at most 80 ran: halving to 48 would bite, but the smallest change
+    # that does is below the peak: floor(0.9 x 80) = 72.
     facts = Facts(knobs={"max_num_seqs": "96"})
     lever = choose_lever(
         verdict(Class.THRASH_LOOP), [thrash_window(99.0, 80)], [], facts, V0, Thresholds()
     )
-    assert (lever.knob, lever.current, lever.proposed) == ("--max-num-seqs", "96", "48")
+    assert (lever.knob, lever.current, lever.proposed) == ("--max-num-seqs", "96", "72")
+    assert "a cap must be below 80 to bite: floor(0.9 × 80) = 72" in lever.arithmetic[-1]
 
 
-def test_demand_above_the_cap_falls_back_to_halving() -> None:
+def test_thrash_without_capacity_at_the_cap_halves_it() -> None:
+    facts = Facts(knobs={"max_num_seqs": "96"})
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 96)], [], facts, V0, Thresholds()
+    )
+    assert (lever.current, lever.proposed) == ("96", "48")
+    assert "Running reached the cap (96, the log shows it): halve it -> 48" in lever.arithmetic[-1]
+
+
+def test_a_v0_log_running_far_below_the_default_gets_a_cap_that_bites() -> None:
+    # Running 34-37 under the default 256: "256 -> 128" would change nothing.
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 37)], [], Facts(), V0, Thresholds()
+    )
+    assert (lever.current, lever.proposed) == ("256", "33")
+    assert int(lever.proposed or 0) < 37
+
+
+def test_demand_above_the_cap_falls_back_to_below_what_ran() -> None:
     # 50% of 100k tokens over 10 running = 5k per seq -> floor(0.9*100k/5k) = 18 >= cap 16.
     facts = Facts(knobs={"max_num_seqs": "16"}, kv_tokens=100_000)
     lever = choose_lever(
         verdict(Class.THRASH_LOOP), [thrash_window(50.0, 10)], [], facts, V0, Thresholds()
     )
-    assert (lever.current, lever.proposed) == ("16", "8")
-    assert any("not below the current 16" in line for line in lever.arithmetic)
+    assert (lever.current, lever.proposed) == ("16", "9")
+    assert any("not below the current cap 16" in line for line in lever.arithmetic)
 
 
 def test_runtime_cuda_oom_at_default_utilisation_halves_batched_tokens() -> None:

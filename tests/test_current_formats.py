@@ -209,7 +209,9 @@ def test_a_number_past_64_bits_is_a_counted_skip_not_an_internal_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     log = tmp_path / "huge.log"
-    log.write_text(_stats("10:00:00", 2, 0, 1.0).replace("Waiting: 0", "Waiting: " + "9" * 30) + "\n")
+    log.write_text(
+        _stats("10:00:00", 2, 0, 1.0).replace("Waiting: 0", "Waiting: " + "9" * 30) + "\n"
+    )
     r = analyze(capsys, str(log), code=0)
     assert r["scan"]["skipped"] == {"value out of range: vllm.v1.stats": 1}
 
@@ -222,3 +224,24 @@ def test_versions_are_read_as_pep_440_says(text: str, release: tuple[int, ...]) 
     v = parse_version(text)
     assert v is not None and v.release == release
     assert parse_version("main") is None
+
+
+def test_scrapes_without_a_time_far_from_the_log_are_not_placed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # `curl > t1.prom` copied later: the file times say when they were copied.
+    import os
+
+    log = _overload(tmp_path)
+    for i, total in enumerate((0, 900)):
+        p = tmp_path / f"t{i}.prom"
+        p.write_text(
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption\n"
+            "# TYPE vllm:num_preemptions_total counter\n"
+            f'vllm:num_preemptions_total{{engine="0"}} {total}.0\n'
+        )
+        os.utime(p, (1_900_000_000 + 60 * i, 1_900_000_000 + 60 * i))  # 2030
+    r = analyze(capsys, str(log), str(tmp_path / "t0.prom"), str(tmp_path / "t1.prom"))
+    assert (r["verdict"]["class"], r["verdict"]["suspected"]) == ("insufficient_evidence", True)
+    assert any("cannot be placed on its timeline" in n for n in r["notes"])
+    assert sum(w["preemptions"] for w in r["windows"]) == 0
