@@ -317,31 +317,31 @@ def check(
     strict: StrictOpt = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Pre-commit/CI mode: one verdict line per file, exit 1 if any file fails."""
-    from preemptdiag.analyze import run_analysis
-    from preemptdiag.summary import verdict_line
+    """Pre-commit/CI mode: one verdict line per file, exit 1 if any incident fails.
 
-    worst = 0
-    for f in files:
-        opts = _build_options(
-            [f],
-            window,
-            fail_on,
-            signatures,
-            year,
-            None,
-            None,
-            None,
-            None,
-            None,
-            False,
-            strict,
-            config,
-        )
-        outcome = run_analysis(opts)
-        _emit(f"{f}: {verdict_line(outcome.report)}", None)
-        worst = max(worst, outcome.exit_code)
-    raise typer.Exit(worst)
+    Files of one incident are judged together: an engine log with its rotated files,
+    and the kernel/kubectl/docker files and /metrics scrapes of its folder (or of its
+    time span); `a.log+b.prom` groups files by hand. Folders are walked for
+    *.log, *.txt and *.prom (also compressed). An unreadable file is one error line
+    (exit 2); the others are still judged."""
+    from preemptdiag.check import run_check
+
+    opts = _build_options(
+        ["-"],
+        window,
+        fail_on,
+        signatures,
+        year,
+        None,
+        None,
+        None,
+        None,
+        None,
+        False,
+        strict,
+        config,
+    )
+    raise typer.Exit(run_check(files, opts, lambda line: _emit(line, None)))
 
 
 @app.command()

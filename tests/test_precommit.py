@@ -219,3 +219,25 @@ def test_pre_commit_run_passes_on_the_healthy_log(incidents_repo: Path, tmp_path
     proc = _pre_commit(incidents_repo, tmp_path, "--files", HEALTHY, NOTES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^preemptdiag: diagnose captured incident logs\.+Passed$", proc.stdout, re.M)
+
+
+def test_pre_commit_run_judges_a_log_with_the_scrapes_beside_it(tmp_path: Path) -> None:
+    # The log alone is only suspected (a V1 log cannot show preemptions); the scrapes
+    # committed next to it make it a thrash loop, as `analyze` of the three says.
+    repo = tmp_path / "scraped-repo"
+    inc = repo / "incidents" / "2025-07-15"
+    inc.mkdir(parents=True)
+    shutil.copy(SAMPLES / "v1_suspected_no_counter.log", inc / "vllm.log")
+    for name in ("v1_before.prom", "v1_after.prom"):
+        shutil.copy(SAMPLES / "scrapes" / name, inc / name)
+    (repo / ".pre-commit-config.yaml").write_text(README_PRE_COMMIT_CONFIG, encoding="utf-8")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    proc = _pre_commit(repo, tmp_path, "--all-files")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("incidents/")]
+    assert sorted(_verdicts("\n".join(lines))) == [
+        ("incidents/2025-07-15/v1_after.prom", "thrash_loop"),
+        ("incidents/2025-07-15/v1_before.prom", "thrash_loop"),
+        ("incidents/2025-07-15/vllm.log", "thrash_loop"),
+    ]

@@ -52,6 +52,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "medium", True, None, 0),
         Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
     ),
+    # The same load at --max-num-seqs 64, the old tool's "halve it" lever: still 695
+    # preemptions, fewer requests completed.
+    "thrash_halved": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
+    ),
 }
 
 
@@ -139,3 +145,28 @@ def test_thrash_lever_can_be_redone_from_the_report(capsys: pytest.CaptureFixtur
     assert int(lever["proposed"]) == int(0.9 * 32_768 / live)
     # The cap must bite: below what ran at the peak.
     assert int(lever["proposed"]) < max(w["running_max"] for w in peak)
+
+
+def compare(capsys: pytest.CaptureFixture[str], before: str, after: str) -> tuple[int, Any]:
+    code = main(
+        [
+            "compare",
+            "--format",
+            "json",
+            "--year",
+            "2026",
+            ",".join(_files(before, True)),
+            ",".join(_files(after, True)),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+def test_halving_the_cap_is_not_called_improved(capsys: pytest.CaptureFixture[str]) -> None:
+    code, c = compare(capsys, "thrash_loop", "thrash_halved")
+    assert c["change"] == "not_fixed" and code == 1
+    assert c["changed_knobs"] == {"max_num_seqs": {"before": "128", "after": "64"}}
+    assert c["after"]["verdict"] == "thrash_loop"
+    assert c["after"]["completed_per_min"] < c["before"]["completed_per_min"]
