@@ -223,8 +223,16 @@ def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine:
             current=str(cur) if cur is not None else None,
             proposed=str(target) if target is not None else None,
             arithmetic=(
-                f"the error says the KV cache holds {target} tokens but one request may "
-                f"need max_model_len = {cur}; the context must fit the pool",
+                (
+                    f"the error estimates the longest context the KV cache can hold: "
+                    f"{target} tokens; max_model_len is {cur}, so one full-length request "
+                    "cannot fit"
+                )
+                if isinstance(f.get("estimated_max_model_len"), int)
+                else (
+                    f"the error says the KV cache holds {target} tokens but one request may "
+                    f"need max_model_len = {cur}; the context must fit the pool"
+                ),
             ),
             verify="the engine starts and logs `Maximum concurrency for N tokens per request` >= 1x",
             do_not="do not raise --gpu-memory-utilization toward 1.0 to force it in",
@@ -465,12 +473,17 @@ def _host(verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str) 
     if limit:
         current = _gib(limit * 1024)
     if usage:
-        need = max(usage, limit or 0) * 1024 * 1.25
+        base = max(usage, limit or 0)
+        need = base * 1024 * 1.25
         proposed = _gib(need, up=True)
+        which = (
+            f"the larger of resident {_gib(usage * 1024)} at the kill and the limit "
+            f"{_gib(limit * 1024)} is {_gib(base * 1024)}"
+            if limit
+            else f"resident {_gib(usage * 1024)} at the kill"
+        )
         lines.append(
-            f"resident {_gib(usage * 1024)} at the kill"
-            + (f" vs limit {_gib(limit * 1024)}" if limit else "")
-            + f"; x 1.25 headroom = {proposed}"
+            f"{which}; {_gib(base * 1024)} x 1.25 headroom = {_gib(need)}, rounded up to {proposed}"
         )
     else:
         proposed = f"{current} x 1.25" if current else "current limit x 1.25"

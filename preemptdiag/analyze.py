@@ -558,7 +558,11 @@ def _notes(
         )
     if v.evidence_found and all(e.ts is None for e in events):
         notes.append("no line carried a timestamp: the whole input is one window")
-    if generation == "v1" and not any(e.kind is Kind.PREEMPTION for e in events):
+    if (
+        generation == "v1"
+        and any(e.kind is Kind.STATS for e in events)
+        and not any(e.kind is Kind.PREEMPTION for e in events)
+    ):
         notes.append(f"preemption visibility: {visibility}")
     total_lines = sum(r.lines_read for r in results)
     if total_lines == 0:

@@ -372,6 +372,15 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
     return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
 
 
+def _cpu_backend(events: Sequence[Event]) -> bool:
+    """The engine's KV pool lives in host RAM (vLLM's CPU backend)."""
+    return any(
+        e.fields.get("device") == "cpu" or e.fields.get("kv_device") == "CPU"
+        for e in events
+        if e.kind in (Kind.CONFIG, Kind.CAPACITY)
+    )
+
+
 def _suspect(w: Window, thr: Thresholds, vis: Visibility) -> bool:
     """An insufficient-evidence window for KV pressure the log cannot explain (not
     one that is undecided because the engine died)."""
@@ -494,6 +503,8 @@ def verdict(
     why = head.why
     if cls is Class.HEALTHY:
         why = _healthy_why(windows, why)
+    if cls is Class.ALLOCATION_FAILURE and why.startswith("GPU ") and _cpu_backend(events):
+        why = "CPU-backend (host RAM) " + why.removeprefix("GPU ")
     if alloc and host:
         if host.start <= alloc.start:  # type: ignore[operator]
             cls, cause, consequence = (

@@ -58,6 +58,31 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "medium", True, None, 0),
         Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
     ),
+    # The thrash load with the cap the tool proposed for it: no preemption, the excess
+    # waits at the door.
+    "fix": (
+        Expect("queueing", "medium", False, None, 0),
+        Expect("queueing", "high", False, None, 0),
+    ),
+    # Start-up failures, in the CPU backend's words; no scrapes (nothing served).
+    "startup_max_model_len": (
+        Expect("allocation_failure", "high", False, "--max-model-len", 1),
+        Expect("allocation_failure", "high", False, "--max-model-len", 1),
+    ),
+    "startup_kv_above_ram": (
+        Expect("allocation_failure", "high", False, "--kv-cache-memory-bytes", 1),
+        Expect("allocation_failure", "high", False, "--kv-cache-memory-bytes", 1),
+    ),
+    "startup_mem_util": (
+        Expect("allocation_failure", "high", False, "--gpu-memory-utilization", 1),
+        Expect("allocation_failure", "high", False, "--gpu-memory-utilization", 1),
+    ),
+    # A memory cgroup kills the worker while it fills its KV pool: the kernel's lines
+    # (dmesg beside the log) make it host memory, not the engine's pool.
+    "cgroup_oom_kill": (
+        Expect("host_pressure", "high", False, "container memory limit", 1),
+        Expect("host_pressure", "high", False, "container memory limit", 1),
+    ),
 }
 
 
@@ -66,8 +91,10 @@ def _files(name: str, scrapes: bool) -> list[str]:
     out = [str(d / "server.log")]
     if scrapes:
         out += [str(p) for p in sorted(d.glob("metrics-*.prom"))]
-    if (d / "dmesg.log").is_file():
-        out.append(str(d / "dmesg.log"))
+    # The kernel's lines as `dmesg --time-format iso` prints them: dated, so they
+    # take their place on the engine's timeline.
+    if (d / "dmesg-iso.log").is_file():
+        out.append(str(d / "dmesg-iso.log"))
     return out
 
 
@@ -170,3 +197,34 @@ def test_halving_the_cap_is_not_called_improved(capsys: pytest.CaptureFixture[st
     assert c["changed_knobs"] == {"max_num_seqs": {"before": "128", "after": "64"}}
     assert c["after"]["verdict"] == "thrash_loop"
     assert c["after"]["completed_per_min"] < c["before"]["completed_per_min"]
+
+
+@pytest.mark.parametrize(
+    ("name", "current", "proposed"),
+    [
+        # "... the estimated maximum model length is 1920."
+        ("startup_max_model_len", "4096", "1920"),
+        # 40 GiB asked, 7.4 GiB free: 0.8 x 7.4 = 5.92 -> 5G
+        ("startup_kv_above_ram", "40 GiB", "5G"),
+        # 0.92 asked, 5.04 of 9.46 GiB free: 0.533 - 0.02 -> 0.51
+        ("startup_mem_util", "0.92", "0.51"),
+    ],
+)
+def test_startup_levers_come_from_the_errors_own_figures(
+    capsys: pytest.CaptureFixture[str], name: str, current: str, proposed: str
+) -> None:
+    _, report = analyze(capsys, *_files(name, False))
+    lever = report["lever"]
+    assert (lever["current"], lever["proposed"]) == (current, proposed)
+    assert report["verdict"]["why"].startswith("CPU-backend (host RAM) memory allocation failed")
+
+
+def test_the_recommended_cap_ends_the_preemption(capsys: pytest.CaptureFixture[str]) -> None:
+    # The fix run is the thrash load with the tool's lever applied, and nothing else.
+    _, thrash = analyze(capsys, *_files("thrash_loop", True))
+    fix, thrash_truth = _truth("fix"), _truth("thrash_loop")
+    flags = fix["server_flags"]
+    assert flags[flags.index("--max-num-seqs") + 1] == thrash["lever"]["proposed"]
+    assert fix["load"] == thrash_truth["load"]
+    assert fix["metrics"]["preemptions_delta"] == 0
+    assert thrash_truth["metrics"]["preemptions_delta"] > 1000
