@@ -24,7 +24,13 @@ from preemptdiag.records import (
     Verdict,
     Window,
 )
-from preemptdiag.runbook import DOCS, NOT_GPU_UTIL, VERIFY_PREEMPT
+from preemptdiag.runbook import (
+    DOCS,
+    NOT_GPU_UTIL,
+    NOT_MEM_FRACTION,
+    VERIFY_PREEMPT,
+    VERIFY_RETRACT,
+)
 
 
 def _no_change(cls: Class, rationale: str, engine: str) -> Lever:
@@ -143,7 +149,11 @@ def _thrash(
                 facts.kv_tokens, [(float(k), int(r)) for k, r in peaks], thr.headroom
             )
             src = facts.kv_tokens_how or "start-up lines"
-            arithmetic = [f"KV tokens = {facts.kv_tokens:,} ({src})", *lines]
+            # The sizing speaks the engine's own flag (SGLang: --max-running-requests).
+            arithmetic = [
+                f"KV tokens = {facts.kv_tokens:,} ({src})",
+                *(ln.replace("--max-num-seqs", knob) for ln in lines),
+            ]
         except DiagError:
             proposed = None
     cap = current if current is not None else default
@@ -177,8 +187,8 @@ def _thrash(
         current=str(shown_current) if shown_current is not None else None,
         proposed=str(proposed),
         arithmetic=tuple(arithmetic),
-        verify=VERIFY_PREEMPT,
-        do_not=DOCS[Class.THRASH_LOOP].do_not,
+        verify=VERIFY_RETRACT if engine == "sglang" else VERIFY_PREEMPT,
+        do_not=NOT_MEM_FRACTION if engine == "sglang" else DOCS[Class.THRASH_LOOP].do_not,
         rationale=(
             "admit fewer concurrent sequences than the KV pool can hold at the observed "
             "request shape, so excess load queues (visible, cheap) instead of being "

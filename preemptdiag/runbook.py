@@ -27,6 +27,15 @@ VERIFY_PREEMPT = (
     "Waiting may rise, completed requests per second must not fall and p99 "
     "end-to-end latency must drop"
 )
+VERIFY_RETRACT = (
+    "in the next run under the same load, retractions per minute must drop to 0 (no "
+    "`KV cache pool is full. Retract requests.` line); #queue-req may rise, generation "
+    "throughput and completed requests must not fall"
+)
+NOT_MEM_FRACTION = (
+    "do not push --mem-fraction-static toward 1.0 to make room: that turns retraction "
+    "into CUDA OOM; do not change a second knob in the same run"
+)
 NOT_GPU_UTIL = (
     "do not push --gpu-memory-utilization toward 1.0 to make room: that turns "
     "preemption into CUDA OOM"

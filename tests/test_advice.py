@@ -143,3 +143,17 @@ def test_max_model_len_at_least_the_pool_means_max_model_len() -> None:
     )
     assert (lever.knob, lever.current, lever.proposed) == ("--max-model-len", "131072", "43216")
     assert lever.arithmetic[0].startswith("max_model_len 131,072 >= KV tokens 86,432")
+
+
+def test_sglang_lever_speaks_sglang_all_the_way_through() -> None:
+    facts = Facts(knobs={"max_running_requests": "2048"}, kv_tokens=210_968)
+    sglang = EngineInfo(engine="sglang", generation=None, version=None)
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 58)], [], facts, sglang, Thresholds()
+    )
+    text = " ".join([*lever.arithmetic, lever.verify, lever.do_not])
+    assert lever.knob == "--max-running-requests"
+    assert lever.arithmetic[-1].startswith("--max-running-requests = floor(0.9 × 210,968 /")
+    for vllm_word in ("--max-num-seqs", "vllm:", "--gpu-memory-utilization", "Preemptions:"):
+        assert vllm_word not in text
+    assert "--mem-fraction-static" in lever.do_not
