@@ -106,7 +106,8 @@ def _thrash(
     )
     current_key = "max_running_requests" if engine == "sglang" else "max_num_seqs"
     current = facts.knob_int(current_key)
-    shown_current = current if current is not None else default
+    # `current` is what the log shows; an assumed default is said in the arithmetic.
+    shown_current = current
     arithmetic: list[str] = []
     # A single request can fill the pool: capping concurrency cannot help.
     cur_len = facts.knob_int("max_model_len") or facts.concurrency_len
@@ -157,6 +158,11 @@ def _thrash(
         except DiagError:
             proposed = None
     cap = current if current is not None else default
+    if current is None and default is not None:
+        arithmetic.insert(
+            1 if arithmetic else 0,
+            f"current {knob}: default {default} (assumed: not in the log)",
+        )
     # A cap only changes anything below what actually ran: at the thrash's peak.
     ran = max((w.running_max for w in thrash if w.running_max is not None), default=None)
     if proposed is not None and cap is not None and proposed >= cap:
@@ -250,15 +256,17 @@ def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine:
             engine=engine,
         )
     if st == "swap_exhausted":
-        cur = facts.knob_float("swap_space") or 4.0
+        shown = facts.knob_float("swap_space")
+        cur = shown or 4.0
         new = cur * 2
+        assumed = "" if shown else " (default 4, assumed: not in the log)"
         return Lever(
             knob="--swap-space",
-            current=f"{cur:g}",
+            current=f"{cur:g}" if shown else None,
             proposed=f"{new:g}",
             arithmetic=(
                 f"SWAP-mode preemption (n>1 / beam search) ran out of CPU swap: "
-                f"{cur:g} GiB x 2 = {new:g} GiB per GPU, if host RAM allows",
+                f"{cur:g} GiB{assumed} x 2 = {new:g} GiB per GPU, if host RAM allows",
             ),
             verify="no 'lack of CPU swap space' abort; Swapped drains back to 0",
             do_not="OS swap does not help: this is vLLM's CPU KV pool",
@@ -278,12 +286,13 @@ def _allocation(verdict: Verdict, events: Sequence[Event], facts: Facts, engine:
     if startup:
         base = cur_util if cur_util is not None else 0.9
         new = min(round(base + 0.05, 2), 0.95)
+        assumed = "" if cur_util is not None else " (default 0.90, assumed: not in the log)"
         return Lever(
             knob="--gpu-memory-utilization",
-            current=f"{base:.2f}",
+            current=f"{base:.2f}" if cur_util is not None else None,
             proposed=f"{new:.2f}",
             arithmetic=(
-                f"{base:.2f} + 0.05 = {new:.2f} (a small step, capped at 0.95)",
+                f"{base:.2f}{assumed} + 0.05 = {new:.2f} (a small step, capped at 0.95)",
                 "weights + activation peak left no room for KV blocks at this fraction",
             ),
             verify="the engine starts and logs a positive `# GPU blocks` / `GPU KV cache size`",

@@ -76,7 +76,8 @@ def test_a_v0_log_running_far_below_the_default_gets_a_cap_that_bites() -> None:
     lever = choose_lever(
         verdict(Class.THRASH_LOOP), [thrash_window(99.0, 37)], [], Facts(), V0, Thresholds()
     )
-    assert (lever.current, lever.proposed) == ("256", "33")
+    assert (lever.current, lever.proposed) == (None, "33")  # 256 is assumed, not shown
+    assert "current --max-num-seqs: default 256 (assumed: not in the log)" in lever.arithmetic
     assert int(lever.proposed or 0) < 37
 
 
