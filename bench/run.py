@@ -223,7 +223,7 @@ def scan_only(path: str, jobs: int, engine: str, literals: list[str]) -> None:
     """Child-process body: the prefilter alone, as scan.py drives it."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from preemptdiag.prefilter import split_ranges
+    from preemptdiag.scan.prefilter import split_ranges
 
     ranges = split_ranges(path, jobs)
     args = [(path, r, engine, literals) for r in ranges]
@@ -238,7 +238,7 @@ def scan_only(path: str, jobs: int, engine: str, literals: list[str]) -> None:
 
 
 def _scan_part(arg: tuple[str, tuple[int, int], str, list[str]]) -> tuple[int, int]:
-    from preemptdiag.prefilter import LineFinder, iter_blocks, number_lines
+    from preemptdiag.scan.prefilter import LineFinder, iter_blocks, number_lines
 
     path, rng, engine, literals = arg
     finder = LineFinder([lit.encode() for lit in literals], engine=engine)  # type: ignore[arg-type]
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     # set PYTHONDONTWRITEBYTECODE, and compiling every module per run adds ~60 ms.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     compileall.compile_dir(REPO / "preemptdiag", quiet=1)
-    from preemptdiag.prefilter import available_engines
+    from preemptdiag.scan.prefilter import available_engines
 
     engines = args.engines.split(",") if args.engines else available_engines()[:1]
 

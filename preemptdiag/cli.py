@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from preemptdiag import __version__
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 app = typer.Typer(
     name="preemptdiag",
@@ -70,7 +70,7 @@ def _want_color(choice: str, stream: Any) -> bool:
 def _parse_time(text: str | None, flag: str) -> datetime | None:
     if text is None:
         return None
-    from preemptdiag.timeparse import parse_any, parse_iso
+    from preemptdiag.model.timeparse import parse_any, parse_iso
 
     dt = parse_iso(text) or parse_any(text)
     if dt is None:
@@ -165,10 +165,10 @@ def _build_options(
     config: Path | None,
     max_events: int | None = None,
 ) -> Any:
-    from preemptdiag.analyze import Options, default_jobs
-    from preemptdiag.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
-    from preemptdiag.events import TimeContext
-    from preemptdiag.limits import default_max_events
+    from preemptdiag.commands.analyze import Options, default_jobs
+    from preemptdiag.model.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
+    from preemptdiag.scan.limits import default_max_events
+    from preemptdiag.timeline.events import TimeContext
 
     cfg = load_config(config)
     win = parse_duration(window or cfg.window or "60s")
@@ -267,9 +267,9 @@ def analyze(
     config: ConfigOpt = None,
 ) -> None:
     """Classify each time window and recommend the ONE lever to change next."""
-    from preemptdiag.analyze import run_analysis
+    from preemptdiag.commands.analyze import run_analysis
     from preemptdiag.render import Format, render
-    from preemptdiag.summary import verdict_line
+    from preemptdiag.render.summary import verdict_line
 
     formats = fmt or ["terminal"]
     for f in formats:
@@ -324,7 +324,7 @@ def check(
     time span); `a.log+b.prom` groups files by hand. Folders are walked for
     *.log, *.txt and *.prom (also compressed). An unreadable file is one error line
     (exit 2); the others are still judged."""
-    from preemptdiag.check import run_check
+    from preemptdiag.commands.check import run_check
 
     opts = _build_options(
         ["-"],
@@ -350,7 +350,7 @@ def explain(
     signatures: SigOpt = None,
 ) -> None:
     """Runbook text for a class, or what a signature matches."""
-    from preemptdiag.explain import explain_topic
+    from preemptdiag.commands.explain import explain_topic
 
     _emit(explain_topic(topic, signatures), None)
 
@@ -358,7 +358,7 @@ def explain(
 @sig_app.command("list")
 def signatures_list(signatures: SigOpt = None) -> None:
     """List every signature (id, kind, engine, versions)."""
-    from preemptdiag.signatures import load
+    from preemptdiag.scan.signatures import load
 
     for s in load(signatures):
         _emit(f"{s.id:<44} {s.kind.value:<14} {s.engine:<7} {s.versions}", None)
@@ -369,7 +369,7 @@ def signatures_test(
     directory: Annotated[Path | None, typer.Argument(help="Directory (default: built-in).")] = None,
 ) -> None:
     """Run every embedded example; report failures and undeclared overlaps."""
-    from preemptdiag.signatures import check_examples, load, load_dir, overlaps
+    from preemptdiag.scan.signatures import check_examples, load, load_dir, overlaps
 
     sigs = list(load_dir(directory)) if directory else list(load())
     universe = list(load(directory)) if directory else sigs
@@ -399,8 +399,8 @@ def compare(
     config: ConfigOpt = None,
 ) -> None:
     """Before/after a change: improved, regressed, moved into queueing, or inconclusive."""
-    from preemptdiag.compare import compare as do_compare
-    from preemptdiag.compare import exit_code, render_compare
+    from preemptdiag.commands.compare import compare as do_compare
+    from preemptdiag.commands.compare import exit_code, render_compare
 
     if fmt not in ("terminal", "markdown", "json"):
         raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")
@@ -437,13 +437,13 @@ def budget(
     ] = None,
 ) -> None:
     """KV budget: bytes per token, max live tokens, sustainable concurrency, --max-num-seqs."""
-    from preemptdiag import budget as b
+    from preemptdiag.diagnose import budget as b
 
     if not 0 < headroom <= 1:
         raise DiagError("--headroom must be in (0, 1]")
     if from_log:
-        from preemptdiag.analyze import Options, run_analysis
-        from preemptdiag.knobs import read_facts
+        from preemptdiag.commands.analyze import Options, run_analysis
+        from preemptdiag.timeline.knobs import read_facts
 
         outcome = run_analysis(Options(files=tuple(from_log), jobs=1))
         facts = read_facts(outcome.events)

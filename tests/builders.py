@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from preemptdiag.records import Event, Kind, Window
+from preemptdiag.model.records import Event, Kind, Window
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from builders import make_event, make_window
 
-from preemptdiag.advice import choose_lever
-from preemptdiag.config import Thresholds
-from preemptdiag.knobs import Facts
-from preemptdiag.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+from preemptdiag.diagnose.advice import choose_lever
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+from preemptdiag.timeline.knobs import Facts
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 V0 = EngineInfo("vllm", "v0", "0.6.3")

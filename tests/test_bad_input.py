@@ -77,7 +77,7 @@ def test_file_removed_while_being_read(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # logrotate moves the file between the sniff and the scan.
-    import preemptdiag.analyze as analyze
+    import preemptdiag.commands.analyze as analyze
 
     p = tmp_path / "vllm.log"
     p.write_text(V0_PREEMPT + "\n")

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from preemptdiag.budget import (
+from preemptdiag.diagnose.budget import (
     Budget,
     BudgetArgs,
     ModelDims,
@@ -22,7 +22,7 @@ from preemptdiag.budget import (
     max_model_len_for,
     max_num_seqs_from_observed,
 )
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 LLAMA_8B = ModelDims("Llama-3.1-8B", 32, 8, 128)
 

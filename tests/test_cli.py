@@ -35,8 +35,8 @@ def test_python_dash_m_runs_the_cli() -> None:
 
 
 def test_explain_class_uses_the_runbook_data(capsys: pytest.CaptureFixture[str]) -> None:
-    from preemptdiag.records import Class
-    from preemptdiag.runbook import DOCS
+    from preemptdiag.diagnose.runbook import DOCS
+    from preemptdiag.model.records import Class
 
     assert main(["explain", "thrash_loop"]) == 0
     out = capsys.readouterr().out

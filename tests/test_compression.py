@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptdiag.cli import main
-from preemptdiag.compression import CODECS, DecompressedStream, detect
-from preemptdiag.scan import Matcher, scan_fast
-from preemptdiag.signatures import load
-from preemptdiag.sources import open_source
+from preemptdiag.ingest.compression import CODECS, DecompressedStream, detect
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.scan.matcher import Matcher, scan_fast
+from preemptdiag.scan.signatures import load
 
 try:
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from preemptdiag.analyze import Options, run_analysis
-from preemptdiag.records import Class, Confidence
+from preemptdiag.commands.analyze import Options, run_analysis
+from preemptdiag.model.records import Class, Confidence
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 if not CORPUS.is_dir():  # a clean clone in CI has ../shared beside it

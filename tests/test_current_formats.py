@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from preemptdiag.cli import main
-from preemptdiag.events import parse_version
+from preemptdiag.timeline.events import parse_version
 
 P = "(APIServer pid=88) INFO 12-01"
 E = "(EngineCore pid=90)"

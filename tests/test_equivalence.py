@@ -25,13 +25,13 @@ from typing import BinaryIO
 
 import pytest
 
-import preemptdiag.scan as scan_mod
-from preemptdiag.lines import normalise, starts_record
-from preemptdiag.parallel import RANGES_PER_JOB, merge, scan_parallel
-from preemptdiag.prefilter import iter_blocks, split_ranges
-from preemptdiag.scan import Matcher, ScanResult, scan_fast, scan_reference
-from preemptdiag.signatures import Signature, load
-from preemptdiag.sources import open_source
+import preemptdiag.scan.matcher as scan_mod
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.scan.lines import normalise, starts_record
+from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.parallel import RANGES_PER_JOB, merge, scan_parallel
+from preemptdiag.scan.prefilter import iter_blocks, split_ranges
+from preemptdiag.scan.signatures import Signature, load
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from preemptdiag.analyze import Options, run_analysis
-from preemptdiag.events import TimeContext
-from preemptdiag.records import Kind
+from preemptdiag.commands.analyze import Options, run_analysis
+from preemptdiag.model.records import Kind
+from preemptdiag.timeline.events import TimeContext
 
 WARN = (
     "{p}WARNING {md} {hms} scheduler.py:1560] Sequence group {sid} is preempted by "

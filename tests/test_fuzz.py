@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import preemptdiag.scan as scan_mod
+import preemptdiag.scan.matcher as scan_mod
 from preemptdiag.cli import main
-from preemptdiag.lines import normalise
-from preemptdiag.prefilter import LineFinder, iter_blocks
-from preemptdiag.promscrape import looks_like_prometheus
-from preemptdiag.records import Hit
-from preemptdiag.redact import Redactor
-from preemptdiag.scan import Matcher, ScanResult, scan_fast, scan_reference
-from preemptdiag.signatures import Signature, load
-from preemptdiag.sources import SNIFF_BYTES, Source
+from preemptdiag.ingest.promscrape import looks_like_prometheus
+from preemptdiag.ingest.sources import SNIFF_BYTES, Source
+from preemptdiag.model.records import Hit
+from preemptdiag.render.redact import Redactor
+from preemptdiag.scan.lines import normalise
+from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.prefilter import LineFinder, iter_blocks
+from preemptdiag.scan.signatures import Signature, load
 
 SIGS = load()
 MATCHER = Matcher(SIGS)

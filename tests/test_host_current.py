@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from preemptdiag.cli import main
-from preemptdiag.records import FieldValue, Kind
-from preemptdiag.rules import _KILLERS
-from preemptdiag.signatures import Signature, load_dir
+from preemptdiag.diagnose.rules import _KILLERS
+from preemptdiag.model.records import FieldValue, Kind
+from preemptdiag.scan.signatures import Signature, load_dir
 
 SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
 K = "Oct 30 12:00:01 gpu-node-7 kernel: [812345.1010{n}] "

@@ -2,18 +2,18 @@ from pathlib import Path
 
 import pytest
 
-from preemptdiag.analyze import scan_sources
-from preemptdiag.errors import DiagError
-from preemptdiag.limits import (
+from preemptdiag.commands.analyze import scan_sources
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.model.errors import DiagError
+from preemptdiag.scan.limits import (
     FLOOR,
     WITHOUT_MEMINFO,
     available_bytes,
     default_max_events,
     too_many,
 )
-from preemptdiag.scan import Matcher
-from preemptdiag.signatures import load
-from preemptdiag.sources import open_source
+from preemptdiag.scan.matcher import Matcher
+from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())
 RETRACT = (
@@ -124,7 +124,7 @@ def test_limit_counts_across_files(tmp_path: Path) -> None:
 
 
 def test_limit_in_forked_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import preemptdiag.parallel as parallel
+    import preemptdiag.scan.parallel as parallel
 
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     path = _dense(tmp_path / "big.log", 400)

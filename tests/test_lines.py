@@ -1,4 +1,4 @@
-from preemptdiag.lines import engine_ts_before, normalise, proc_before, repeat_count
+from preemptdiag.scan.lines import engine_ts_before, normalise, proc_before, repeat_count
 
 
 def test_kubectl_timestamp_is_peeled_and_kept():

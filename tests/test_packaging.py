@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import preemptdiag
-from preemptdiag.signatures import builtin_dir, load_dir
+from preemptdiag.scan.signatures import builtin_dir, load_dir
 
 REPO_SIGNATURES = Path(__file__).resolve().parents[1] / "signatures"
 

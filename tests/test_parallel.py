@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from test_equivalence import _bench_generator
 
-import preemptdiag.parallel as parallel
-from preemptdiag.analyze import scan_sources
-from preemptdiag.errors import DiagError
-from preemptdiag.scan import Matcher, scan_fast
-from preemptdiag.signatures import load
-from preemptdiag.sources import Source, open_source
+import preemptdiag.scan.parallel as parallel
+from preemptdiag.commands.analyze import scan_sources
+from preemptdiag.ingest.sources import Source, open_source
+from preemptdiag.model.errors import DiagError
+from preemptdiag.scan.matcher import Matcher, scan_fast
+from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())
 FINDER = MATCHER.finder()

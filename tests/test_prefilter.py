@@ -12,8 +12,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from preemptdiag import prefilter
-from preemptdiag.prefilter import (
+from preemptdiag.scan import prefilter
+from preemptdiag.scan.prefilter import (
     Engine,
     LineFinder,
     Span,

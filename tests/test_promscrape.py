@@ -4,14 +4,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from preemptdiag.errors import DiagError
-from preemptdiag.promscrape import (
+from preemptdiag.ingest.promscrape import (
     deltas,
     histogram_quantile,
     looks_like_prometheus,
     parse_scrapes,
     summarize,
 )
+from preemptdiag.model.errors import DiagError
 
 T0 = datetime(2025, 8, 19, 18, 34, 30, tzinfo=UTC)
 T1 = datetime(2025, 8, 19, 18, 39, 30, tzinfo=UTC)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preemptdiag.redact import Redactor, redact
+from preemptdiag.render.redact import Redactor, redact
 
 # Fake credentials are assembled at run time so secret scanners do not flag the
 # source; they have the real shapes.

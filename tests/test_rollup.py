@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
 
-import preemptdiag.parallel as parallel
-from preemptdiag.analyze import Options, Outcome, run_analysis
-from preemptdiag.compare import summarize
-from preemptdiag.events import TimeContext
-from preemptdiag.records import Kind
+import preemptdiag.scan.parallel as parallel
+from preemptdiag.commands.analyze import Options, Outcome, run_analysis
+from preemptdiag.commands.compare import summarize
+from preemptdiag.model.records import Kind
 from preemptdiag.render.json_format import report_dict
+from preemptdiag.timeline.events import TimeContext
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = [

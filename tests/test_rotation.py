@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from preemptdiag.cli import main
-from preemptdiag.rotation import rotated_sets, rotation_base
+from preemptdiag.ingest.rotation import rotated_sets, rotation_base
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "v0_thrash_loop.log"
 T0 = datetime(2025, 11, 4, 16, 0, tzinfo=UTC)

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from builders import make_event, make_window
 
-from preemptdiag.config import Thresholds
-from preemptdiag.records import Class, Confidence, Event, Kind, Window
-from preemptdiag.rules import Visibility, classify, verdict
+from preemptdiag.diagnose.rules import Visibility, classify, verdict
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.records import Class, Confidence, Event, Kind, Window
 
 THR = Thresholds()
 SEEING = Visibility(False, None, "V0 logs preemptions")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from preemptdiag.scan import DECOY, Matcher, ScanResult, scan_fast, scan_reference
-from preemptdiag.signatures import load
-from preemptdiag.sources import open_source
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.scan.matcher import DECOY, Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())
 PREEMPT = (

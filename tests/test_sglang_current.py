@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from preemptdiag.cli import main
-from preemptdiag.records import FieldValue, Kind
-from preemptdiag.rollup import stats_preemptions
-from preemptdiag.signatures import Signature, load_dir
+from preemptdiag.model.records import FieldValue, Kind
+from preemptdiag.scan.rollup import stats_preemptions
+from preemptdiag.scan.signatures import Signature, load_dir
 
 SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
 P = "[2026-10-30 12:00:00 TP0] "

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from preemptdiag.records import FieldValue, Kind
-from preemptdiag.signatures import Signature, check_examples, load_dir, overlaps
+from preemptdiag.model.records import FieldValue, Kind
+from preemptdiag.scan.signatures import Signature, check_examples, load_dir, overlaps
 
 SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
 FILES = ("sglang.toml", "host.toml", "k8s.toml", "docker.toml", "ray.toml")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from preemptdiag.errors import DiagError
-from preemptdiag.records import Kind
-from preemptdiag.signatures import (
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import Kind
+from preemptdiag.scan.signatures import (
     Signature,
     check_examples,
     load_dir,

@@ -3,7 +3,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from preemptdiag.timeparse import YearTracker, _date_time, parse_any, parse_iso, parse_month_day
+from preemptdiag.model.timeparse import (
+    YearTracker,
+    _date_time,
+    parse_any,
+    parse_iso,
+    parse_month_day,
+)
 
 
 def _strptime_or_none(s: str) -> datetime | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from preemptdiag.records import Report
+from preemptdiag.model.records import Report
 
 if TYPE_CHECKING:
     from preemptdiag.render.json_format import render_json

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from preemptdiag.records import Class, Event, Report, Verdict, Window
+from preemptdiag.model.records import Class, Event, Report, Verdict, Window
 
 NO_EVIDENCE = "no vLLM evidence found"
 FILTERED_OUT = "no event in the --since/--until range"

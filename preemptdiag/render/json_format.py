@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from preemptdiag.records import Event, Lever, Report, ScanStats, Verdict, Window
+from preemptdiag.model.records import Event, Lever, Report, ScanStats, Verdict, Window
 from preemptdiag.render import common
 
 SCHEMA = "preemptdiag/report"

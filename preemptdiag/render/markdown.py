@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from preemptdiag.records import Report
+from preemptdiag.model.records import Report
 from preemptdiag.render import common
 
 _BACKTICK_RUN = re.compile(r"`+")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from preemptdiag.records import Class, Event, Report
+from preemptdiag.model.records import Class, Event, Report
 from preemptdiag.render import common
 from preemptdiag.render.json_format import JSONValue, lever_dict
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from preemptdiag.records import Class, Report
+from preemptdiag.model.records import Class, Report
 from preemptdiag.render import common
 
 _LABEL_WIDTH = 13

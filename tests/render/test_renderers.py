@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from builders import make_window
 
-from preemptdiag.records import (
+from preemptdiag.model.records import (
     Class,
     Confidence,
     EngineInfo,

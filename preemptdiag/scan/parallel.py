@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from preemptdiag.prefilter import LineFinder, split_ranges
-from preemptdiag.records import Hit
-from preemptdiag.rollup import map_rollup
-from preemptdiag.scan import Matcher, ProgressFn, ScanResult, scan_fast
-from preemptdiag.sources import Source
+from preemptdiag.ingest.sources import Source
+from preemptdiag.model.records import Hit
+from preemptdiag.scan.matcher import Matcher, ProgressFn, ScanResult, scan_fast
+from preemptdiag.scan.prefilter import LineFinder, split_ranges
+from preemptdiag.scan.rollup import map_rollup
 
 # Smaller files are scanned in-process: forking and merging cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from preemptdiag.records import Event, Kind
+from preemptdiag.model.records import Event, Kind
 
 # Knobs the levers talk about, in vLLM and SGLang spelling.
 KNOBS = (

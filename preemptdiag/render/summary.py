@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preemptdiag.records import Report
+from preemptdiag.model.records import Report
 from preemptdiag.render.common import no_evidence
 
 

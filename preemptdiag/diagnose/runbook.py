@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from preemptdiag.records import Class
+from preemptdiag.model.records import Class
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from preemptdiag.errors import DiagError
-from preemptdiag.records import Class
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import Class
 
 DEFAULT_FAIL_ON = (Class.THRASH_LOOP, Class.ALLOCATION_FAILURE, Class.HOST_PRESSURE)
 

@@ -20,7 +20,7 @@ from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 GIB = 1024**3
 DEFAULT_BLOCK_SIZE = 16

@@ -10,11 +10,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from preemptdiag.budget import max_num_seqs_from_observed
-from preemptdiag.config import Thresholds
-from preemptdiag.errors import DiagError
-from preemptdiag.knobs import Facts
-from preemptdiag.records import (
+from preemptdiag.diagnose.budget import max_num_seqs_from_observed
+from preemptdiag.diagnose.runbook import (
+    DOCS,
+    NOT_GPU_UTIL,
+    NOT_MEM_FRACTION,
+    VERIFY_PREEMPT,
+    VERIFY_RETRACT,
+)
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import (
     Class,
     EngineInfo,
     Event,
@@ -24,13 +30,7 @@ from preemptdiag.records import (
     Verdict,
     Window,
 )
-from preemptdiag.runbook import (
-    DOCS,
-    NOT_GPU_UTIL,
-    NOT_MEM_FRACTION,
-    VERIFY_PREEMPT,
-    VERIFY_RETRACT,
-)
+from preemptdiag.timeline.knobs import Facts
 
 
 def _no_change(cls: Class, rationale: str, engine: str) -> Lever:

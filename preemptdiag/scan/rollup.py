@@ -31,8 +31,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TypeVar
 
-from preemptdiag.records import FieldValue, Hit, Kind, Rollup, RollupStats
-from preemptdiag.timeparse import parse_iso
+from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats
+from preemptdiag.model.timeparse import parse_iso
 
 T = TypeVar("T")
 U = TypeVar("U")

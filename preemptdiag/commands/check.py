@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from preemptdiag.analyze import Options, Outcome, run_analysis
-from preemptdiag.errors import DiagError
-from preemptdiag.rotation import rotation_base
-from preemptdiag.summary import verdict_line
+from preemptdiag.commands.analyze import Options, Outcome, run_analysis
+from preemptdiag.ingest.rotation import rotation_base
+from preemptdiag.model.errors import DiagError
+from preemptdiag.render.summary import verdict_line
 
 HOOK_PATTERN = (".log", ".txt", ".prom")
 # Lines that describe the node, the pod or the metrics, not the engine's own log.

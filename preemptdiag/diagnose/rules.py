@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
 
-from preemptdiag.config import Thresholds
-from preemptdiag.events import version_at_least
-from preemptdiag.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.records import Class, Confidence, EngineInfo, Event, Kind, Verdict, Window
+from preemptdiag.timeline.events import version_at_least
 
 # Most severe first. insufficient_evidence sits above benign: a suspected loop that
 # the log cannot prove deserves attention before a proven harmless burst.

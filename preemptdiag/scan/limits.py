@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 BYTES_PER_EVENT = 3 * 1024  # measured ~2.4 KB, rounded up: the guard must err early
 SHARE_OF_AVAILABLE = 0.5  # leave the other half to the rest of the machine

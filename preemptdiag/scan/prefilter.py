@@ -27,8 +27,8 @@ from functools import partial
 from itertools import pairwise
 from typing import BinaryIO, Literal, cast
 
-from preemptdiag.errors import DiagError
-from preemptdiag.lines import starts_record
+from preemptdiag.model.errors import DiagError
+from preemptdiag.scan.lines import starts_record
 
 try:
     import hyperscan

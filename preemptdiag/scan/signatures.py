@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from preemptdiag.errors import DiagError
-from preemptdiag.records import FieldValue, Kind
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import FieldValue, Kind
 
 if TYPE_CHECKING:
     from regex._main import Match
@@ -137,11 +137,11 @@ def _compiled(pattern: str) -> regex.Pattern[str]:
 
 def builtin_dir() -> Path:
     """The shipped signatures: inside the wheel, or the source tree's signatures/."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "_signatures"
+    package = Path(__file__).resolve().parent.parent  # preemptdiag/
+    packaged = package / "_signatures"
     if packaged.is_dir():
         return packaged
-    return here.parent / "signatures"
+    return package.parent / "signatures"
 
 
 def _fail(path: Path, sid: str | None, what: str) -> DiagError:

@@ -18,15 +18,14 @@ from functools import partial
 from pathlib import Path
 
 from preemptdiag import __version__
-from preemptdiag.advice import choose_lever
-from preemptdiag.config import DEFAULT_FAIL_ON, Thresholds
-from preemptdiag.errors import DiagError
-from preemptdiag.events import TimeContext, build_events, detect_engine
-from preemptdiag.knobs import read_facts
-from preemptdiag.limits import too_many
-from preemptdiag.parallel import plan, scan_parallel
-from preemptdiag.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
-from preemptdiag.records import (
+from preemptdiag.diagnose.advice import choose_lever
+from preemptdiag.diagnose.rules import classify, preemption_visibility, verdict
+from preemptdiag.ingest.promscrape import Scrape, looks_like_prometheus, parse_scrapes, summarize
+from preemptdiag.ingest.rotation import rotation_base
+from preemptdiag.ingest.sources import Source, open_source
+from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import (
     Class,
     Event,
     FieldValue,
@@ -37,13 +36,14 @@ from preemptdiag.records import (
     Verdict,
     Window,
 )
-from preemptdiag.redact import Redactor
-from preemptdiag.rotation import rotation_base
-from preemptdiag.rules import classify, preemption_visibility, verdict
-from preemptdiag.scan import Matcher, ScanResult, scan_fast
-from preemptdiag.signatures import load
-from preemptdiag.sources import Source, open_source
-from preemptdiag.windows import build_windows
+from preemptdiag.render.redact import Redactor
+from preemptdiag.scan.limits import too_many
+from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast
+from preemptdiag.scan.parallel import plan, scan_parallel
+from preemptdiag.scan.signatures import load
+from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
+from preemptdiag.timeline.knobs import read_facts
+from preemptdiag.timeline.windows import build_windows
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -512,7 +512,7 @@ def _rollup_exact(opts: Options) -> bool:
 
 
 def _read_text(src: Source) -> str:
-    from preemptdiag.sources import open_binary
+    from preemptdiag.ingest.sources import open_binary
 
     with open_binary(src) as f:
         return f.read().decode("utf-8", errors="replace")

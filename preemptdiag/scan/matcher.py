@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import BinaryIO
 
-from preemptdiag.limits import too_many
-from preemptdiag.lines import (
+from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.model.records import Hit
+from preemptdiag.scan.limits import too_many
+from preemptdiag.scan.lines import (
     Line,
     engine_ts_before,
     normalise,
@@ -24,17 +26,15 @@ from preemptdiag.lines import (
     sglang_rank,
     starts_record,
 )
-from preemptdiag.prefilter import (
+from preemptdiag.scan.prefilter import (
     HAVE_AHOCORASICK,
     Buffer,
     LineFinder,
     iter_blocks,
     number_lines,
 )
-from preemptdiag.records import Hit
-from preemptdiag.rollup import RollupSink
-from preemptdiag.signatures import Signature
-from preemptdiag.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.scan.rollup import RollupSink
+from preemptdiag.scan.signatures import Signature
 
 if HAVE_AHOCORASICK:
     from ahocorasick_rs import AhoCorasick, MatchKind

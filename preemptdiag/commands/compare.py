@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 
-from preemptdiag.analyze import Options, Outcome, run_analysis
-from preemptdiag.knobs import read_facts
-from preemptdiag.records import Event, Kind
-from preemptdiag.rollup import AGG_FIELDS, number
+from preemptdiag.commands.analyze import Options, Outcome, run_analysis
+from preemptdiag.model.records import Event, Kind
+from preemptdiag.scan.rollup import AGG_FIELDS, number
+from preemptdiag.timeline.knobs import read_facts
 
 
 class Change(StrEnum):

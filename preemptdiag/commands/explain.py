@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from preemptdiag.config import Thresholds
-from preemptdiag.errors import DiagError
-from preemptdiag.records import Class
-from preemptdiag.runbook import DOCS
-from preemptdiag.signatures import load
+from preemptdiag.diagnose.runbook import DOCS
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import Class
+from preemptdiag.scan.signatures import load
 
 
 def explain_class(cls: Class) -> str:

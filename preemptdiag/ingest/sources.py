@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from preemptdiag.compression import CODECS, DecompressedStream, archive, detect
-from preemptdiag.errors import DiagError
+from preemptdiag.ingest.compression import CODECS, DecompressedStream, archive, detect
+from preemptdiag.model.errors import DiagError
 
 SNIFF_BYTES = 64 * 1024
 _CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0c\x1b\x08") + b"\x7f"

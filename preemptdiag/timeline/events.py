@@ -19,10 +19,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from packaging.version import InvalidVersion, Version
 
-from preemptdiag.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
-from preemptdiag.rollup import map_rollup, member_time, stats_preemptions
-from preemptdiag.rotation import Span, rotated_sets
-from preemptdiag.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+from preemptdiag.ingest.rotation import Span, rotated_sets
+from preemptdiag.model.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
+from preemptdiag.model.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+from preemptdiag.scan.rollup import map_rollup, member_time, stats_preemptions
 
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 
 class Decompressor(Protocol):

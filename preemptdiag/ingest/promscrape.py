@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from preemptdiag.errors import DiagError
+from preemptdiag.model.errors import DiagError
 
 
 def _families(text: str) -> Iterable[Any]:

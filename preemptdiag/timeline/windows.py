@@ -10,9 +10,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from preemptdiag.config import Thresholds
-from preemptdiag.records import Event, Kind, Window
-from preemptdiag.rollup import AGG_FIELDS, number
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.records import Event, Kind, Window
+from preemptdiag.scan.rollup import AGG_FIELDS, number
 
 if TYPE_CHECKING:
     import polars as pl

@@ -1,0 +1,1 @@
+"""Open the inputs: files, stdin, compression, rotated sets, /metrics scrapes."""
