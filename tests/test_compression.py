@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from preemptdiag.cli import main
 from preemptdiag.ingest.compression import CODECS, DecompressedStream, detect
 from preemptdiag.ingest.sources import open_source
-from preemptdiag.scan.matcher import Matcher, scan_fast
+from preemptdiag.scan.matcher import Matcher
+from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 
 try:

@@ -25,11 +25,12 @@ from typing import BinaryIO
 
 import pytest
 
-import preemptdiag.scan.matcher as scan_mod
+import preemptdiag.scan.passes as passes_mod
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.lines import normalise, starts_record
-from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import RANGES_PER_JOB, merge, scan_parallel
+from preemptdiag.scan.passes import scan_fast, scan_reference
 from preemptdiag.scan.prefilter import iter_blocks, split_ranges
 from preemptdiag.scan.signatures import Signature, load
 
@@ -89,7 +90,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             sizes.append(size)
             yield block, size, offset
 
-    monkeypatch.setattr(scan_mod, "iter_blocks", blocks)
+    monkeypatch.setattr(passes_mod, "iter_blocks", blocks)
     return sizes
 
 

@@ -21,13 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import preemptdiag.scan.matcher as scan_mod
+import preemptdiag.scan.passes as passes_mod
 from preemptdiag.cli import main
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.sources import SNIFF_BYTES, Source
 from preemptdiag.model.records import Hit
 from preemptdiag.render.redact import Redactor
 from preemptdiag.scan.lines import normalise
-from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.matcher import Matcher, ScanResult
+from preemptdiag.scan.passes import scan_fast, scan_reference
 from preemptdiag.scan.prefilter import LineFinder, iter_blocks
 from preemptdiag.scan.signatures import Signature, load
 
@@ -208,7 +210,7 @@ def test_tiny_blocks_change_nothing(workdir: Path, data: bytes, block_size: int)
         return iter_blocks(f, block_size=block_size, byte_range=byte_range)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scan_mod, "iter_blocks", blocks)
+        mp.setattr(passes_mod, "iter_blocks", blocks)
         tiny = scan_fast(src, MATCHER)
     assert tiny.lines_read == whole.lines_read
     assert tiny.bytes_read == whole.bytes_read

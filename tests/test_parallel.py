@@ -13,7 +13,8 @@ import preemptdiag.scan.parallel as parallel
 from preemptdiag.commands.analyze import scan_sources
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.errors import DiagError
-from preemptdiag.scan.matcher import Matcher, scan_fast
+from preemptdiag.scan.matcher import Matcher
+from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from preemptdiag.ingest.sources import open_source
-from preemptdiag.scan.matcher import DECOY, Matcher, ScanResult, scan_fast, scan_reference
+from preemptdiag.scan.matcher import DECOY, Matcher, ScanResult
+from preemptdiag.scan.passes import scan_fast, scan_reference
 from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())

@@ -38,8 +38,9 @@ from preemptdiag.model.records import (
 )
 from preemptdiag.render.redact import Redactor
 from preemptdiag.scan.limits import too_many
-from preemptdiag.scan.matcher import Matcher, ScanResult, scan_fast
+from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import plan, scan_parallel
+from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
 from preemptdiag.timeline.knobs import read_facts

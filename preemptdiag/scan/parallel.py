@@ -24,7 +24,8 @@ from typing import Any
 
 from preemptdiag.ingest.sources import Source
 from preemptdiag.model.records import Hit
-from preemptdiag.scan.matcher import Matcher, ProgressFn, ScanResult, scan_fast
+from preemptdiag.scan.matcher import Matcher, ScanResult
+from preemptdiag.scan.passes import ProgressFn, scan_fast
 from preemptdiag.scan.prefilter import LineFinder, split_ranges
 from preemptdiag.scan.rollup import map_rollup
 

@@ -1,0 +1,219 @@
+"""The passes over one input: the fast one (blocks, prefilter, regexes on candidate
+lines only, wrapped records completed across block ends) and the reference one (every
+signature on every line), which tests hold to identical output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import BinaryIO
+
+from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.scan.limits import too_many
+from preemptdiag.scan.lines import normalise
+from preemptdiag.scan.matcher import (
+    DECOY,
+    MAX_LINE_BYTES,
+    TRUNCATED,
+    Matcher,
+    ScanResult,
+    decode_line,
+)
+from preemptdiag.scan.prefilter import Buffer, iter_blocks, number_lines
+from preemptdiag.scan.rollup import RollupSink
+from preemptdiag.scan.wrap import (
+    MAX_WRAP_LINES,
+    LinesAfter,
+    NextLine,
+    last_lines,
+    line_at,
+    line_before,
+    tail_start,
+)
+
+ProgressFn = Callable[[int], None]
+
+
+def _no_line(k: int) -> None:
+    return None
+
+
+class _FileLines:
+    """Physical lines read on from `f` past the end of a --jobs byte range."""
+
+    def __init__(self, f: BinaryIO, counts: ScanResult) -> None:
+        self.f, self.counts, self.lines = f, counts, list[str | None]()
+
+    def __call__(self, k: int) -> str | None:
+        while len(self.lines) <= k and (not self.lines or self.lines[-1] is not None):
+            self.lines.append(_read_line(self.f, self.counts))
+        return self.lines[k] if k < len(self.lines) else None
+
+
+def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
+    """The next physical line of `f` (None at the end); reads at most ~1 MiB."""
+    pieces: list[bytes] = []
+    size = 0
+    while size <= MAX_LINE_BYTES:
+        chunk = f.read(64 << 10)
+        if not chunk:
+            break
+        i = chunk.find(b"\n")
+        if i != -1:
+            pieces.append(chunk[:i])
+            size += i
+            break
+        pieces.append(chunk)
+        size += len(chunk)
+    if not pieces:
+        return None
+    return decode_line(b"".join(pieces), counts)
+
+
+class _Pending:
+    """A candidate near a block's end, with the lines after it in that block (copied:
+    the buffer is reused), matched once the next block (or the end) is known."""
+
+    def __init__(
+        self,
+        lineno: int,
+        raw: str,
+        block: Buffer,
+        start: int,
+        size: int,
+        counts: ScanResult,
+        before: NextLine,
+    ) -> None:
+        self.lineno, self.raw = lineno, raw
+        self.after: list[str] = []
+        self.extend(block, start, size, counts)
+        self.before = [b for k in range(MAX_WRAP_LINES) if (b := before(k)) is not None]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.after) >= MAX_WRAP_LINES
+
+    def extend(self, block: Buffer, start: int, size: int, counts: ScanResult) -> None:
+        while start < size and not self.complete:
+            end = block.find(b"\n", start, size)
+            end = size if end == -1 else end
+            self.after.append(decode_line(block[start:end], counts))
+            start = end + 1
+
+    def match(self, source: str, matcher: Matcher, result: ScanResult, more: NextLine) -> None:
+        after = LinesAfter(self.after, more)
+        matcher.match(
+            source, self.lineno, self.raw, after, result, prev_raw=LinesAfter(self.before)
+        )
+
+
+def scan_fast(
+    src: Source,
+    matcher: Matcher,
+    progress: ProgressFn | None = None,
+    byte_range: tuple[int, int] | None = None,
+    first_line: int = 1,
+    max_hits: int | None = None,
+    rollup: bool = False,
+) -> ScanResult:
+    """Scan `src` (or `byte_range` of it); more than `max_hits` hits is a DiagError,
+    raised as soon as a block crosses it (see limits.py). With `rollup`, stats lines
+    of one stream and clock minute come back merged (rollup.py)."""
+    result = ScanResult(source=src.name)
+    matcher.begin()
+    if rollup:
+        result.sink = RollupSink(result.hits)
+    finder = matcher.finder()
+    next_line = first_line  # number of the next block's first line
+    scratch = ScanResult(source="")  # the look-ahead line is counted when it is read
+    look = partial(decode_line, result=scratch)
+    # A candidate among a block's last lines may be a hard-wrapped record whose
+    # continuation opens the next block: it waits, with the lines around it, for
+    # that block. `above` keeps the previous blocks' last lines (nearest first) for
+    # the pieces of a wrapped record that start before a block.
+    pending: list[_Pending] = []
+    above: list[str] = []
+    with open_binary(src) as f:
+        # Progress counts what the bar's total counts: bytes on disk.
+        on_disk, reported = compressed_bytes(f), 0
+        for block, size, _offset in iter_blocks(f, byte_range=byte_range):
+            if pending:
+                # Each waiting candidate takes the lines it needs from this block;
+                # those that have all they need go, in order (tiny blocks may need
+                # several blocks to fill one).
+                for p in pending:
+                    p.extend(block, 0, size, scratch)
+                while pending and pending[0].complete:
+                    pending.pop(0).match(src.name, matcher, result, _no_line)
+            cands = finder.candidate_lines(block, size)
+            numbers, newlines = number_lines(block, cands, next_line, size)
+            tail = tail_start(block, size)
+            for (start, end, first), lineno in zip(cands, numbers, strict=True):
+                if matcher.decoy_only(block, start, end, first):
+                    result.skipped[DECOY] += 1
+                    continue
+                raw = decode_line(block[start:end], result)
+                before: NextLine = partial(line_before, block, start, look, above)
+                if start >= tail:
+                    pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
+                    continue
+                following: NextLine = partial(line_at, block, end + 1, size, look)
+                matcher.match(src.name, lineno, raw, following, result, prev_raw=before)
+            above = last_lines(block, size, above, look)
+            result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
+            result.bytes_read += size
+            next_line += newlines
+            if max_hits is not None and len(result.hits) > max_hits:
+                raise too_many(src.name, max_hits)
+            if progress is not None:
+                if on_disk is None:
+                    progress(size)
+                else:
+                    progress(on_disk() - reported)
+                    reported = on_disk()
+        if pending:
+            # At the end of a --jobs byte range the next physical line is the first
+            # of the next range: read it, so a record wrapped across the split is
+            # rejoined exactly as in a single pass.
+            last: NextLine = _FileLines(f, scratch) if byte_range else _no_line
+            for p in pending:
+                p.match(src.name, matcher, result, last)
+        if was_truncated(f):
+            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+    result.close()
+    return result
+
+
+def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
+    """Line by line, every signature's regex on every line, no prefilter.
+
+    A regex match on a line without its prefilter literal is reported under
+    skipped['prefilter miss'] so tests can fail loudly on such signatures.
+    """
+    result = ScanResult(source=src.name)
+    matcher.begin()
+    with open_binary(src) as f:
+        data = f.read()
+        if was_truncated(f):
+            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+    if not data:
+        return result
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    result.bytes_read = len(data)
+    result.lines_read = len(raw_lines)
+    decoded = [decode_line(r, ScanResult(source="")) for r in raw_lines]
+    for i, raw_b in enumerate(raw_lines):
+        raw = decode_line(raw_b, result)
+        cands = matcher.candidates(raw)
+        if not cands:
+            line = normalise(raw)
+            for s in matcher.sigs:
+                if list(s.finditer(line.text)):
+                    result.skipped["prefilter miss"] += 1
+            continue
+        after = LinesAfter(decoded[i + 1 : i + 1 + MAX_WRAP_LINES])
+        above = LinesAfter(decoded[max(0, i - MAX_WRAP_LINES) : i][::-1])
+        matcher.match(src.name, i + 1, raw, after, result, prev_raw=above)
+    return result
