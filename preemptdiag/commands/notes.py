@@ -1,0 +1,117 @@
+"""The report's notes: how inputs were read (rotated sets, dates guessed), what the log
+cannot show, and which replica failed first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from preemptdiag.ingest.rotation import rotation_base
+from preemptdiag.ingest.sources import Source
+from preemptdiag.model.records import Class, Event, Kind, Verdict, Window
+from preemptdiag.scan.matcher import ScanResult
+from preemptdiag.timeline.events import TimeContext
+
+
+def rotation_notes(events: Sequence[Event]) -> list[str]:
+    """Which inputs were read as one rotated log (events.build_events), oldest first."""
+    first_seen: dict[str, dict[str, datetime]] = {}
+    bases: dict[str, str] = {}  # one name check per file, not per event
+    for e in events:
+        if e.source not in bases:
+            bases[e.source] = rotation_base(e.source)
+        if e.ts is not None and bases[e.source] == e.replica:
+            first_seen.setdefault(e.replica, {}).setdefault(e.source, e.ts)  # in time order
+    return [
+        f"{replica}: read as one log from its rotated files, oldest first: "
+        + ", ".join(sorted(files, key=files.__getitem__))
+        for replica, files in sorted(first_seen.items())
+        if len(files) > 1
+    ]
+
+
+def visibility_notes(
+    events: Sequence[Event],
+    results: Sequence[ScanResult],
+    v: Verdict,
+    visibility: str,
+    generation: str | None,
+) -> list[str]:
+    notes: list[str] = []
+    if any(e.lower_bound for e in events if e.kind is Kind.PREEMPTION):
+        notes.append(
+            "preemption counts marked + are lower bounds (sampled V0 warnings or lines "
+            "without a counter)"
+        )
+    if v.evidence_found and all(e.ts is None for e in events):
+        notes.append("no line carried a timestamp: the whole input is one window")
+    if (
+        generation == "v1"
+        and any(e.kind is Kind.STATS for e in events)
+        and not any(e.kind is Kind.PREEMPTION for e in events)
+    ):
+        notes.append(f"preemption visibility: {visibility}")
+    total_lines = sum(r.lines_read for r in results)
+    if total_lines == 0:
+        notes.append("the input was empty")
+    return notes
+
+
+def alignment_notes(
+    results: Sequence[ScanResult], logs: Sequence[Source], time: TimeContext
+) -> list[str]:
+    """Say how each input was placed in time, so a cross-file order is never
+    presented as more certain than it is."""
+    out: list[str] = []
+    guessed: list[str] = []
+    for r, src in zip(results, logs, strict=True):
+        if not r.hits:
+            continue
+        dated = any(
+            h.ts_wrapper and h.ts_wrapper.split("|")[0] in ("iso", "sql", "dmesg_t") for h in r.hits
+        )
+        engine_only = any(h.ts_engine for h in r.hits)
+        uptime_only = any(h.ts_wrapper and h.ts_wrapper.startswith("uptime|") for h in r.hits)
+        if dated:
+            continue
+        if engine_only or any(
+            h.ts_wrapper and h.ts_wrapper.startswith(("syslog|", "clock|")) for h in r.hits
+        ):
+            how = f"--year {time.year}" if time.year else "the file's modification time"
+            guessed.append(f"{src.name} (year/date from {how})")
+        elif uptime_only and time.boot_time is None:
+            out.append(
+                f"{src.name}: dmesg uptime stamps need --boot-time (or a journald line "
+                "with both stamps); placed by file order only"
+            )
+        else:
+            out.append(
+                f"{src.name}: no timestamps; its events are dated from the lines around "
+                "them or kept in one undated window"
+            )
+    if guessed and len([r for r in results if r.hits]) > 1:
+        zone = "UTC" if time.tz is None else str(time.tz)
+        out.append(
+            "timestamps without a year/zone in "
+            + "; ".join(guessed)
+            + f", read as {zone}: cross-file order is approximate (use --year/--tz)"
+        )
+    return out
+
+
+def replica_notes(windows: Sequence[Window], fail_on: Sequence[Class]) -> list[str]:
+    firsts: dict[str, Window] = {}
+    for w in windows:
+        if (
+            w.cls in fail_on
+            and w.start is not None
+            and (
+                w.replica not in firsts or w.start < firsts[w.replica].start  # type: ignore[operator]
+            )
+        ):
+            firsts[w.replica] = w
+    if len(firsts) < 2:
+        return []
+    order = sorted(firsts.values(), key=lambda w: w.start)  # type: ignore[arg-type, return-value]
+    steps = ", then ".join(f"{w.replica} ({w.cls.value} at {w.start:%H:%M:%S})" for w in order)
+    return [f"first replica to fail: {order[0].replica}; order: {steps}"]
