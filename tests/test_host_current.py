@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from preemptdiag.cli import main
-from preemptdiag.diagnose.rules import _KILLERS
+from preemptdiag.diagnose.stories import _KILLERS
 from preemptdiag.model.records import FieldValue, Kind
 from preemptdiag.scan.signatures import Signature, load_dir
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from builders import make_event, make_window
 
-from preemptdiag.diagnose.rules import Visibility, classify, verdict
+from preemptdiag.diagnose.rules import classify, verdict
+from preemptdiag.diagnose.visibility import Visibility
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Class, Confidence, Event, Kind, Window
 

@@ -25,7 +25,8 @@ from preemptdiag.commands.notes import (
     visibility_notes,
 )
 from preemptdiag.diagnose.advice import choose_lever
-from preemptdiag.diagnose.rules import classify, preemption_visibility, verdict
+from preemptdiag.diagnose.rules import classify, verdict
+from preemptdiag.diagnose.visibility import preemption_visibility
 from preemptdiag.ingest.promscrape import looks_like_prometheus, summarize
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds

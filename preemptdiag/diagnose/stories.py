@@ -1,0 +1,130 @@
+"""The words of a verdict: what failed (allocation), whom the kernel killed and what
+followed (host pressure), and what a healthy input showed as a whole."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from preemptdiag.model.records import Event, Kind, Window
+
+_ALLOC_WORDS = {
+    "cuda_oom": "CUDA out of memory",
+    "cuda_error_oom": "CUDA error: out of memory",
+    "cublas_alloc": "cuBLAS workspace allocation failed",
+    "nccl_oom": "NCCL could not allocate GPU memory",
+    "no_cache_memory": "no GPU memory left for KV cache blocks at start-up",
+    "kv_too_small": "max seq len larger than the KV cache at start-up",
+    "zero_blocks": "0 KV cache blocks at start-up",
+    "swap_exhausted": "CPU swap space for SWAP preemption exhausted",
+    "kv_alloc_shortfall": "KV block allocation shortfall",
+    "kv_space_above_memory": "KV cache space asked for is more than the free memory",
+    "mem_util_above_free": "memory utilization asked for is more than is free at start-up",
+}
+
+
+def _gib_pair(e: Event) -> str:
+    f = e.fields
+    free = f.get("avail_gib", f.get("free_gib"))
+    want = f.get("need_gib", f.get("requested_gib"))
+    total = f.get("total_gib")
+    if e.fields.get("subtype") == "kv_too_small" or not isinstance(free, float | int):
+        return ""
+    of = f" of {total:g}" if isinstance(total, float | int) else ""
+    return f" ({want:g} GiB asked, {free:g}{of} GiB free)" if isinstance(want, float | int) else ""
+
+
+def alloc_why(w: Window) -> str:
+    for e in w.evidence:
+        if e.kind is Kind.ALLOC_FAILURE:
+            st = str(e.fields.get("subtype") or "")
+            words = _ALLOC_WORDS.get(st, st.replace("_", " ") or "allocation failure")
+            extra = ""
+            tried, free = e.fields.get("tried"), e.fields.get("free")
+            if isinstance(tried, int) and isinstance(free, int):
+                extra = f" (tried {tried / 1024**3:.2f} GiB, {free / 1024**3:.2f} GiB free)"
+            cpu = e.fields.get("device") == "cpu" or e.fields.get("mem_device") == "CPU"
+            where = "CPU-backend (host RAM)" if cpu else "GPU"
+            return f"{where} memory allocation failed: {words}{extra}{_gib_pair(e)}"
+    return "GPU memory allocation failed (allocation-failure line)"
+
+
+def cpu_backend(events: Sequence[Event]) -> bool:
+    """The engine's KV pool lives in host RAM (vLLM's CPU backend)."""
+    return any(
+        e.fields.get("device") == "cpu" or e.fields.get("kv_device") == "CPU"
+        for e in events
+        if e.kind in (Kind.CONFIG, Kind.CAPACITY)
+    )
+
+
+def healthy_why(windows: Sequence[Window], fallback: str) -> str:
+    """A healthy verdict speaks for the whole input, not its first window (which is
+    often start-up lines only)."""
+    stats = [w for w in windows if w.n_stats]
+    if not stats:
+        return fallback
+    kv = [w.kv_max for w in stats if w.kv_max is not None]
+    waiting = [w.waiting_max for w in stats if w.waiting_max is not None]
+    n = sum(w.n_stats for w in stats)
+    parts = [f"{n} stats line(s) in {len(stats)} window(s)"]
+    if kv:
+        parts.append(f"KV max {max(kv):.1f}%")
+    parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")
+    tail = stats[-1].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
+    return ", ".join(parts) + f", {tail}"
+
+
+_KILLERS = {
+    "kernel_kill",
+    "oom_invoked",
+    "oom_summary",
+    "memcg_usage",
+    "systemd_oom",
+    "ray_memory_monitor",
+    "shell_killed",
+    "kernel_panic",
+}
+_AFTERMATH = {"k8s_oomkilled", "exit_137", "docker_oomkilled"}
+
+
+def host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
+    """(why, cause, consequence) for host pressure: the kill, then what it did."""
+    host = [e for e in events if e.kind is Kind.HOST_OOM]
+    kills = [e for e in host if e.fields.get("subtype") in _KILLERS]
+    after = [e for e in host if e.fields.get("subtype") in _AFTERMATH]
+    if not kills and not after:
+        return None, None, None
+    cause = consequence = why = None
+    if kills:
+        k = next(
+            (e for e in kills if e.fields.get("subtype") == "kernel_kill"),
+            next((e for e in kills if e.fields.get("process")), kills[0]),
+        )
+        st = str(k.fields.get("subtype") or "kill")
+        proc = k.fields.get("process") or k.fields.get("unit")
+        pid = k.fields.get("pid")
+        rss = k.fields.get("anon_rss_kb")
+        when = f" at {k.ts:%H:%M:%S}" if k.ts else ""
+        who = f"{proc} (pid {pid})" if proc and pid else str(proc or "a process")
+        size = f", anon-rss {int(rss) / 1024**2:.1f} GiB" if isinstance(rss, int) else ""
+        where = f"[{k.source}:{k.line}]"
+        if st == "oom_invoked":
+            # The process that invoked the killer is not its victim; the kill line
+            # itself is not in the log (a cut-off report).
+            cause = f"the kernel OOM killer ran{when}, invoked by {who} {where}"
+            why = (
+                f"the kernel OOM killer ran{when} (invoked by {who}; the kill line is not "
+                "in the log): host memory, not the GPU"
+            )
+        elif st == "ray_memory_monitor":
+            cause = f"Ray's memory monitor killed {who}{when}{size} {where}"
+            why = f"Ray's memory monitor killed {who}{when} for node RAM: host memory, not the GPU"
+        else:
+            cause = f"{st.replace('_', ' ')}: {who} killed{when}{size} {where}"
+            why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
+    if after:
+        a = after[0]
+        consequence = f"container terminated: {a.fields.get('subtype')} [{a.source}:{a.line}]"
+        if why is None:
+            why = "the container runtime reports an OOM kill / exit 137: host memory, not the GPU"
+    return why, cause, consequence
