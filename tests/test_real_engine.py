@@ -228,3 +228,16 @@ def test_the_recommended_cap_ends_the_preemption(capsys: pytest.CaptureFixture[s
     assert fix["load"] == thrash_truth["load"]
     assert fix["metrics"]["preemptions_delta"] == 0
     assert thrash_truth["metrics"]["preemptions_delta"] > 1000
+
+
+def test_the_fix_is_not_called_improved_while_fewer_requests_complete(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The cap ended the preemption (1,982 -> 0), but on this tiny CPU model recompute is
+    # cheap: the thrash completed 576 requests, the capped run 405. By the lever's own
+    # verify rule (completed requests must not fall) that is no clear win.
+    code, c = compare(capsys, "thrash_loop", "fix")
+    assert (c["change"], code) == ("inconclusive", 0)
+    assert c["before"]["preemptions"] == 1982 and c["after"]["preemptions"] == 0
+    assert "fell too" in c["why"]
+    assert c["after"]["completed_per_min"] < c["before"]["completed_per_min"]
