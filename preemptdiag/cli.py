@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import traceback
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +22,11 @@ from preemptdiag.model.errors import DiagError
 app = typer.Typer(
     name="preemptdiag",
     help="Diagnose KV-cache preemption, CUDA OOM and host OOM incidents in vLLM/SGLang logs.",
+    epilog=(
+        "Exit codes: 0 nothing at or above --fail-on; 1 findings at or above it; 2 usage or "
+        "input error (also no evidence, or nothing in --since/--until, with --strict); "
+        "3 internal error."
+    ),
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -67,77 +70,6 @@ def _want_color(choice: str, stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def _parse_time(text: str | None, flag: str) -> datetime | None:
-    if text is None:
-        return None
-    from preemptdiag.model.timeparse import parse_any, parse_iso
-
-    dt = parse_iso(text) or parse_any(text)
-    if dt is None:
-        raise DiagError(
-            f"{flag}: not a date/time: {text!r} (use ISO 8601, e.g. 2025-08-19T18:30:00Z)"
-        )
-    return dt
-
-
-def _clock_only(text: str | None) -> bool:
-    """`--since 16:07`: a time of day, read on the log's own date (not today's)."""
-    import re
-
-    return text is not None and re.fullmatch(r"\s*\d{1,2}:\d\d(?::\d\d)?\s*", text) is not None
-
-
-def _parse_tz(text: str | None) -> Any:
-    from datetime import UTC, timedelta, timezone
-
-    if text is None or text.upper() in ("UTC", "Z"):
-        return UTC
-    sign = -1 if text.startswith("-") else 1
-    body = text.lstrip("+-").replace(":", "")
-    if len(body) == 4 and body.isdigit():
-        return timezone(sign * timedelta(hours=int(body[:2]), minutes=int(body[2:])))
-    try:
-        from zoneinfo import ZoneInfo
-
-        return ZoneInfo(text)
-    except Exception:
-        raise DiagError(
-            f"--tz: unknown time zone {text!r} (use UTC, +02:00 or Europe/Berlin)"
-        ) from None
-
-
-def _progress_factory(enabled: bool) -> Any:
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from rich.progress import BarColumn, Progress, TransferSpeedColumn
-
-    def factory(total: int) -> Any:
-        if total < (32 << 20):
-            return None
-        prog = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            TransferSpeedColumn(),
-            transient=True,
-            console=__import__("rich.console").console.Console(stderr=True),
-        )
-        prog.start()
-        task = prog.add_task("scanning", total=total)
-        done = [0]
-        lock = threading.Lock()  # --jobs threads report into one bar
-
-        def advance(n: int) -> None:
-            with lock:
-                done[0] += n
-                prog.update(task, completed=done[0])
-                if done[0] >= total:
-                    prog.stop()
-
-        return advance
-
-    return factory
-
-
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -147,58 +79,6 @@ def _emit(text: str, output: Path | None) -> None:
         output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
     except OSError as exc:
         raise DiagError(f"cannot write {output}: {exc.strerror}") from None
-
-
-def _build_options(
-    files: list[str],
-    window: str | None,
-    fail_on: list[str] | None,
-    signatures: Path | None,
-    year: int | None,
-    tz: str | None,
-    boot_time: str | None,
-    since: str | None,
-    until: str | None,
-    jobs: int | None,
-    no_redact: bool,
-    strict: bool,
-    config: Path | None,
-    max_events: int | None = None,
-) -> Any:
-    from preemptdiag.commands.analyze import Options, default_jobs
-    from preemptdiag.model.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
-    from preemptdiag.scan.limits import default_max_events
-    from preemptdiag.timeline.events import TimeContext
-
-    cfg = load_config(config)
-    win = parse_duration(window or cfg.window or "60s")
-    if fail_on:
-        fo = parse_fail_on(fail_on)
-    elif cfg.fail_on is not None:
-        fo = parse_fail_on(list(cfg.fail_on))
-    else:
-        fo = DEFAULT_FAIL_ON
-    if jobs is not None and jobs < 1:
-        raise DiagError("--jobs must be at least 1")
-    if max_events is not None and max_events < 0:
-        raise DiagError("--max-events must be 0 (no limit) or more")
-    return Options(
-        files=tuple(files),
-        window_seconds=win,
-        thresholds=cfg.thresholds,
-        fail_on=fo,
-        signatures_dir=signatures or cfg.signatures,
-        time=TimeContext(
-            year=year, tz=_parse_tz(tz), boot_time=_parse_time(boot_time, "--boot-time")
-        ),
-        since=_parse_time(since, "--since"),
-        until=_parse_time(until, "--until"),
-        clock_range=(_clock_only(since), _clock_only(until)),
-        jobs=jobs if jobs is not None else default_jobs(),
-        redact=not no_redact,
-        strict=strict,
-        max_events=default_max_events() if max_events is None else (max_events or None),
-    )
 
 
 FilesArg = Annotated[
@@ -220,8 +100,17 @@ TzOpt = Annotated[
 BootOpt = Annotated[
     str | None, typer.Option("--boot-time", help="Boot time for dmesg uptime stamps.")
 ]
-SinceOpt = Annotated[str | None, typer.Option("--since", help="Ignore events before this time.")]
-UntilOpt = Annotated[str | None, typer.Option("--until", help="Ignore events at/after this time.")]
+_WHEN = (
+    "ISO 8601 (2026-11-04T16:07:00Z), '2026-11-04 16:07' (UTC unless it names a zone), "
+    "or a bare 16:07 "
+    "(on the log's first date)"
+)
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help=f"Ignore events before this time: {_WHEN}.")
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help=f"Ignore events at/after this time: {_WHEN}.")
+]
 JobsOpt = Annotated[
     int | None, typer.Option("--jobs", "-j", help="Worker processes (default: cores).")
 ]
@@ -280,7 +169,9 @@ def analyze(
     outputs = list(output or [])
     if len(outputs) > len(formats):
         raise DiagError("more --output files than --format values")
-    opts = _build_options(
+    from preemptdiag.commands.options import build_options
+
+    opts = build_options(
         files,
         window,
         fail_on,
@@ -296,7 +187,9 @@ def analyze(
         config,
         max_events,
     )
-    outcome = run_analysis(opts, progress=_progress_factory(not quiet))
+    from preemptdiag.render.progress import progress_factory
+
+    outcome = run_analysis(opts, progress=progress_factory(not quiet))
     if quiet:
         _emit(verdict_line(outcome.report), None)
         raise typer.Exit(outcome.exit_code)
@@ -325,8 +218,9 @@ def check(
     *.log, *.txt and *.prom (also compressed). An unreadable file is one error line
     (exit 2); the others are still judged."""
     from preemptdiag.commands.check import run_check
+    from preemptdiag.commands.options import build_options
 
-    opts = _build_options(
+    opts = build_options(
         ["-"],
         window,
         fail_on,
@@ -398,13 +292,15 @@ def compare(
     signatures: SigOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Before/after a change: improved, regressed, moved into queueing, or inconclusive."""
+    """Before/after a change: improved, not fixed, regressed, moved into queueing, or inconclusive."""
     from preemptdiag.commands.compare import compare as do_compare
     from preemptdiag.commands.compare import exit_code, render_compare
 
     if fmt not in ("terminal", "markdown", "json"):
         raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")
-    opts = _build_options(
+    from preemptdiag.commands.options import build_options
+
+    opts = build_options(
         [before], window, None, signatures, year, None, None, None, None, None, False, False, config
     )
     b = [p for p in before.split(",") if p]

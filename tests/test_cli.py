@@ -236,7 +236,7 @@ class _TTY(io.StringIO):
 
 
 def test_progress_bar_only_for_long_inputs_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from preemptdiag.cli import _progress_factory
+    from preemptdiag.render.progress import progress_factory as _progress_factory
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert _progress_factory(True) is None  # stderr is not a terminal: silent

@@ -1,0 +1,101 @@
+"""Command-line values to pipeline Options: one validating conversion for times, zones,
+windows and limits, shared by every command (each bad value is one clear error)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from preemptdiag.commands.analyze import Options, default_jobs
+from preemptdiag.model.config import DEFAULT_FAIL_ON, load_config, parse_duration, parse_fail_on
+from preemptdiag.model.errors import DiagError
+from preemptdiag.scan.limits import default_max_events
+from preemptdiag.timeline.events import TimeContext
+
+
+def parse_time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    from preemptdiag.model.timeparse import parse_any, parse_iso
+
+    dt = parse_iso(text) or parse_any(text)
+    if dt is None:
+        raise DiagError(
+            f"{flag}: not a date/time: {text!r} (use ISO 8601, e.g. 2025-08-19T18:30:00Z)"
+        )
+    return dt
+
+
+def clock_only(text: str | None) -> bool:
+    """`--since 16:07`: a time of day, read on the log's own date (not today's)."""
+    import re
+
+    return text is not None and re.fullmatch(r"\s*\d{1,2}:\d\d(?::\d\d)?\s*", text) is not None
+
+
+def parse_tz(text: str | None) -> Any:
+    from datetime import UTC, timedelta, timezone
+
+    if text is None or text.upper() in ("UTC", "Z"):
+        return UTC
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-").replace(":", "")
+    if len(body) == 4 and body.isdigit():
+        return timezone(sign * timedelta(hours=int(body[:2]), minutes=int(body[2:])))
+    try:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(text)
+    except Exception:
+        raise DiagError(
+            f"--tz: unknown time zone {text!r} (use UTC, +02:00 or Europe/Berlin)"
+        ) from None
+
+
+def build_options(
+    files: list[str],
+    window: str | None,
+    fail_on: list[str] | None,
+    signatures: Path | None,
+    year: int | None,
+    tz: str | None,
+    boot_time: str | None,
+    since: str | None,
+    until: str | None,
+    jobs: int | None,
+    no_redact: bool,
+    strict: bool,
+    config: Path | None,
+    max_events: int | None = None,
+) -> Options:
+
+    cfg = load_config(config)
+    win = parse_duration(window or cfg.window or "60s")
+    if fail_on:
+        fo = parse_fail_on(fail_on)
+    elif cfg.fail_on is not None:
+        fo = parse_fail_on(list(cfg.fail_on))
+    else:
+        fo = DEFAULT_FAIL_ON
+    if jobs is not None and jobs < 1:
+        raise DiagError("--jobs must be at least 1")
+    if max_events is not None and max_events < 0:
+        raise DiagError("--max-events must be 0 (no limit) or more")
+    return Options(
+        files=tuple(files),
+        window_seconds=win,
+        thresholds=cfg.thresholds,
+        fail_on=fo,
+        signatures_dir=signatures or cfg.signatures,
+        time=TimeContext(
+            year=year, tz=parse_tz(tz), boot_time=parse_time(boot_time, "--boot-time")
+        ),
+        since=parse_time(since, "--since"),
+        until=parse_time(until, "--until"),
+        clock_range=(clock_only(since), clock_only(until)),
+        jobs=jobs if jobs is not None else default_jobs(),
+        redact=not no_redact,
+        strict=strict,
+        max_events=default_max_events() if max_events is None else (max_events or None),
+    )
