@@ -8,20 +8,17 @@ import pytest
 from preemptdiag.diagnose.budget import (
     Budget,
     BudgetArgs,
-    ModelDims,
     budget_from_dims,
     budget_from_tokens,
     budget_main,
     bytes_per_token,
-    dtype_bytes,
-    find_model,
     format_budget,
     kv_tokens_from_blocks,
     kv_tokens_from_gib,
-    load_models,
     max_model_len_for,
     max_num_seqs_from_observed,
 )
+from preemptdiag.diagnose.models import ModelDims, dtype_bytes, find_model, load_models
 from preemptdiag.model.errors import DiagError
 
 LLAMA_8B = ModelDims("Llama-3.1-8B", 32, 8, 128)
