@@ -4,13 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from preemptdiag.ingest.promscrape import (
-    deltas,
-    histogram_quantile,
-    looks_like_prometheus,
-    parse_scrapes,
-    summarize,
-)
+from preemptdiag.ingest.promscrape import histogram_quantile, looks_like_prometheus, parse_scrapes
+from preemptdiag.ingest.scrape_series import deltas, summarize
 from preemptdiag.model.errors import DiagError
 
 T0 = datetime(2025, 8, 19, 18, 34, 30, tzinfo=UTC)

@@ -27,7 +27,8 @@ from preemptdiag.commands.notes import (
 from preemptdiag.diagnose.advice import choose_lever
 from preemptdiag.diagnose.rules import classify, verdict
 from preemptdiag.diagnose.visibility import preemption_visibility
-from preemptdiag.ingest.promscrape import looks_like_prometheus, summarize
+from preemptdiag.ingest.promscrape import looks_like_prometheus
+from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.model.errors import DiagError
