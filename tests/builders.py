@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from preemptdiag.model.records import Event, Kind, Window
+from preemptdiag.model.records import Event, FieldValue, Kind, Window
+from preemptdiag.scan.signatures import Signature, load_dir
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -36,3 +39,31 @@ def make_event(
         source=source, line=minute + 1, sig=sig, kind=kind,
         ts=T0 + timedelta(minutes=minute), fields=fields, text=str(fields.get("subtype", "")),
     )  # fmt: skip
+
+
+# --- SGLang, host, k8s, docker and Ray signatures, apart from the vLLM files ----------
+
+SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
+SYSTEM_SIG_FILES = ("sglang.toml", "host.toml", "k8s.toml", "docker.toml", "ray.toml")
+
+
+def system_sigs(tmp: Path) -> list[Signature]:
+    """Only the non-vLLM signature files (copied to `tmp`), so a problem in another
+    family's file can neither hide nor cause a failure of these tests."""
+    for name in SYSTEM_SIG_FILES:
+        shutil.copy(SIG_DIR / name, tmp / name)
+    return load_dir(tmp)
+
+
+def first_hits(
+    sigs: list[Signature], line: str, drop_none: bool = False
+) -> dict[str, dict[str, FieldValue]]:
+    """Signature id -> fields of its first match, as the scanner would see the line."""
+    out: dict[str, dict[str, FieldValue]] = {}
+    for s in sigs:
+        if s.prefilter_hit(line):
+            for m in s.finditer(line):
+                fields = s.extract(m)
+                out[s.id] = {k: v for k, v in fields.items() if v is not None or not drop_none}
+                break
+    return out

@@ -8,15 +8,15 @@ Lines are built from the format strings in SGLang's released source: scheduler.p
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from builders import first_hits, system_sigs
 
 from preemptdiag.cli import main
 from preemptdiag.model.records import FieldValue, Kind
 from preemptdiag.scan.rollup import stats_preemptions
-from preemptdiag.scan.signatures import Signature, load_dir
+from preemptdiag.scan.signatures import Signature
 
 SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
 P = "[2026-10-30 12:00:00 TP0] "
@@ -24,22 +24,11 @@ P = "[2026-10-30 12:00:00 TP0] "
 
 @pytest.fixture(scope="module")
 def sigs(tmp_path_factory: pytest.TempPathFactory) -> list[Signature]:
-    # Only the non-vLLM files, so a concurrent edit elsewhere cannot hide or cause ours.
-    d = tmp_path_factory.mktemp("sigs")
-    for name in ("sglang.toml", "host.toml", "k8s.toml", "docker.toml", "ray.toml"):
-        shutil.copy(SIG_DIR / name, d / name)
-    return load_dir(d)
+    return system_sigs(tmp_path_factory.mktemp("sigs"))
 
 
 def hits(sigs: list[Signature], line: str) -> dict[str, dict[str, FieldValue]]:
-    """Signature id -> fields of its first match (None fields dropped)."""
-    out: dict[str, dict[str, FieldValue]] = {}
-    for s in sigs:
-        if s.prefilter_hit(line):
-            for m in s.finditer(line):
-                out[s.id] = {k: v for k, v in s.extract(m).items() if v is not None}
-                break
-    return out
+    return first_hits(sigs, line, drop_none=True)
 
 
 RETRACT = {"mode": "RETRACT", "engine": "sglang"}

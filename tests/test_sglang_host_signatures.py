@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from builders import first_hits, system_sigs
 
 from preemptdiag.model.records import FieldValue, Kind
-from preemptdiag.scan.signatures import Signature, check_examples, load_dir, overlaps
+from preemptdiag.scan.signatures import Signature, check_examples, overlaps
 
 SIG_DIR = Path(__file__).resolve().parent.parent / "signatures"
 FILES = ("sglang.toml", "host.toml", "k8s.toml", "docker.toml", "ray.toml")
@@ -16,22 +16,11 @@ FILES = ("sglang.toml", "host.toml", "k8s.toml", "docker.toml", "ray.toml")
 
 @pytest.fixture(scope="module")
 def sigs(tmp_path_factory: pytest.TempPathFactory) -> list[Signature]:
-    # Only these files, so a problem elsewhere in signatures/ cannot hide or cause ours.
-    d = tmp_path_factory.mktemp("sigs")
-    for name in FILES:
-        shutil.copy(SIG_DIR / name, d / name)
-    return load_dir(d)
+    return system_sigs(tmp_path_factory.mktemp("sigs"))
 
 
 def hits(sigs: list[Signature], line: str) -> dict[str, dict[str, FieldValue]]:
-    """Signature id -> fields of its first match, as the scanner would see the line."""
-    out: dict[str, dict[str, FieldValue]] = {}
-    for s in sigs:
-        if s.prefilter_hit(line):
-            for m in s.finditer(line):
-                out[s.id] = s.extract(m)
-                break
-    return out
+    return first_hits(sigs, line)
 
 
 def test_own_examples_pass_and_do_not_overlap(sigs: list[Signature]) -> None:
