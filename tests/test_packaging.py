@@ -31,3 +31,20 @@ def test_console_script_runs_from_an_unrelated_directory(tmp_path: Path) -> None
     )
     assert r.returncode == 0, r.stderr
     assert "vllm.v0.preemption" in r.stdout
+
+
+def test_data_files_inside_the_package_are_installed(tmp_path: Path) -> None:
+    # The model table and the window rules' cases live beside their modules.
+    exe = shutil.which("preemptdiag", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-m", "preemptdiag"]
+    r = subprocess.run(
+        [*cmd, "explain", "PD110"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    assert "+ a calm minute" in r.stdout
+    r = subprocess.run(
+        [*cmd, "budget", "--model", "llama-3.1-8b", "--pool-gib", "24", "--prompt", "2000",
+         "--output", "1500"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr

@@ -1,5 +1,5 @@
-"""`preemptdiag explain CLASS|SIGNATURE-ID`: runbook text from the same data the
-rules and signatures use."""
+"""`preemptdiag explain CLASS|SIGNATURE-ID|rules|RULE-ID`: runbook text from the same
+data the rules and signatures use."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from preemptdiag.diagnose.runbook import DOCS
+from preemptdiag.diagnose.window_rules import RULES, WindowRule, rule_cases
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import Class
@@ -43,16 +44,38 @@ def explain_signature(sig_id: str, user_dir: Path | None) -> str | None:
     return None
 
 
+def explain_rule(rule: WindowRule) -> str:
+    cases = "\n".join(
+        f"  {'+' if c.get('applies', True) else '-'} {c['title']}"
+        for c in rule_cases()
+        if c["rule"] == rule.id
+    )
+    return f"{rule.id} {rule.name} -> {rule.cls.value}\n\n{rule.doc}\n\nCases:\n{cases}\n"
+
+
+def explain_rules() -> str:
+    head = (
+        "Window rules, tried in this order; the first that applies classifies the window.\n"
+        "Consecutive preempting windows with KV pinned then become a thrash loop.\n\n"
+    )
+    return head + "\n".join(f"{r.id} {r.name:<22} -> {r.cls.value}" for r in RULES) + "\n"
+
+
 def explain_topic(topic: str, user_dir: Path | None = None) -> str:
     try:
         return explain_class(Class(topic))
     except ValueError:
         pass
+    if topic == "rules":
+        return explain_rules()
+    rule = next((r for r in RULES if topic in (r.id, r.name)), None)
+    if rule is not None:
+        return explain_rule(rule)
     text = explain_signature(topic, user_dir)
     if text is not None:
         return text
     classes = ", ".join(c.value for c in Class)
     raise DiagError(
-        f"unknown topic {topic!r}: give a class ({classes}) or a signature id "
-        "(see `preemptdiag signatures list`)"
+        f"unknown topic {topic!r}: give a class ({classes}), `rules`, a rule id (PD101) "
+        "or a signature id (see `preemptdiag signatures list`)"
     )

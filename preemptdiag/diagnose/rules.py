@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import groupby
 
-from preemptdiag.diagnose.stories import alloc_why, cpu_backend, healthy_why, host_story
+from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story
 from preemptdiag.diagnose.visibility import (
     Visibility,
 )
+from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Class, Confidence, Event, Kind, Verdict, Window
 
@@ -29,106 +30,6 @@ SEVERITY: tuple[Class, ...] = (
     Class.HEALTHY,
 )
 MAX_VERDICT_EVIDENCE = 8
-_CONF_ORDER = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
-
-
-def _stats_confidence(w: Window) -> Confidence:
-    if w.n_stats >= 3:
-        return Confidence.HIGH
-    return Confidence.MEDIUM if w.n_stats >= 1 else Confidence.LOW
-
-
-def _fmt(v: float | None, unit: str = "") -> str:
-    return "?" if v is None else f"{v:.1f}{unit}" if isinstance(v, float) else f"{v}{unit}"
-
-
-def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
-    kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
-    if w.alloc_failures:
-        return replace(
-            w, cls=Class.ALLOCATION_FAILURE, confidence=Confidence.HIGH, why=alloc_why(w)
-        )
-    if w.host_ooms:
-        return replace(
-            w,
-            cls=Class.HOST_PRESSURE,
-            confidence=Confidence.HIGH,
-            why="host/container memory kill (kernel, cgroup or container OOM line)",
-        )
-    if w.preemptions > 0:
-        conf = Confidence.LOW if w.preemptions_lower_bound and not w.n_stats else Confidence.MEDIUM
-        return replace(
-            w,
-            cls=Class.BENIGN_PREEMPTION,
-            confidence=conf,
-            why=f"{w.preemptions:.0f} preemption(s), KV max {_fmt(w.kv_max, '%')}",
-        )
-    if w.swap_warnings:
-        return replace(
-            w,
-            cls=Class.HOST_PRESSURE,
-            confidence=Confidence.LOW,
-            why="swap space sized against host RAM (vLLM swap-space warning)",
-        )
-    if w.engine_deaths:
-        return replace(
-            w,
-            cls=Class.INSUFFICIENT_EVIDENCE,
-            confidence=Confidence.MEDIUM,
-            why="engine died; this window holds no memory evidence for why",
-        )
-    if not w.n_stats:
-        return replace(
-            w, cls=Class.HEALTHY, confidence=Confidence.LOW, why="start-up/context lines only"
-        )
-    waiting = w.waiting_max or 0
-    blind = vis.blind_at(w)
-    if kv_hot and waiting > 0 and blind:
-        return replace(
-            w,
-            cls=Class.INSUFFICIENT_EVIDENCE,
-            confidence=Confidence.LOW,
-            why=(
-                f"KV {_fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
-                "preemptions (suspected)"
-            ),
-        )
-    if waiting > 0 and not (w.running_max or 0) and (w.kv_max or 0.0) < thr.stall_kv_pct:
-        return replace(
-            w,
-            cls=Class.INSUFFICIENT_EVIDENCE,
-            confidence=Confidence.MEDIUM,
-            why=(
-                f"{waiting} waiting while nothing runs and KV is {_fmt(w.kv_max, '%')}: "
-                "the engine is not admitting work (a stall, not memory pressure)"
-            ),
-        )
-    seen = "no preemption seen (this log cannot show it)" if blind else "no preemption"
-    # A log that cannot show preemptions cannot be highly sure there were none.
-    conf = (
-        min(_stats_confidence(w), Confidence.MEDIUM, key=_CONF_ORDER.index)
-        if blind
-        else (_stats_confidence(w))
-    )
-    if waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share:
-        return replace(
-            w,
-            cls=Class.QUEUEING,
-            confidence=conf,
-            why=f"{waiting} waiting, KV max {_fmt(w.kv_max, '%')}, {seen}",
-        )
-    if w.waiting_max is None:
-        queue = "queue length not logged"
-    elif not waiting:
-        queue = "nothing waiting"
-    else:
-        queue = f"Waiting > 0 in few lines (max {waiting})"
-    return replace(
-        w,
-        cls=Class.HEALTHY,
-        confidence=conf,
-        why=f"KV max {_fmt(w.kv_max, '%')}, {queue}, {seen}",
-    )
 
 
 def _consecutive(a: Window, b: Window, seconds: int) -> bool:

@@ -1,0 +1,247 @@
+"""The window rules, in the order they are tried: the first that applies classifies the
+window. Each rule documents itself (what it decides, why, an example) the way sqlfluff's
+rules do; its test cases are data beside it (`window_rules.toml`), run by one generic
+test, and `preemptdiag explain rules` prints them. The run-level thrash rule (several
+preempting windows in a row) is in rules.py.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from preemptdiag.diagnose.stories import alloc_why
+from preemptdiag.diagnose.visibility import Visibility
+from preemptdiag.model.config import Thresholds
+from preemptdiag.model.records import Class, Confidence, Window
+
+_CONF_ORDER = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRule:
+    id: str  # PD1NN: stable, cited in tests and docs
+    name: str
+    cls: Class
+    check: Callable[[Window, Thresholds, Visibility], Window | None]
+
+    @property
+    def doc(self) -> str:
+        return (self.check.__doc__ or "").strip()
+
+
+def fmt(v: float | None, unit: str = "") -> str:
+    return "?" if v is None else f"{v:.1f}{unit}" if isinstance(v, float) else f"{v}{unit}"
+
+
+def _stats_confidence(w: Window) -> Confidence:
+    if w.n_stats >= 3:
+        return Confidence.HIGH
+    return Confidence.MEDIUM if w.n_stats >= 1 else Confidence.LOW
+
+
+def _set(w: Window, cls: Class, conf: Confidence, why: str) -> Window:
+    return replace(w, cls=cls, confidence=conf, why=why)
+
+
+def allocation_failure(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """An allocation failed: CUDA/HIP OOM, or the KV cache could not be sized at start-up.
+
+    Why first: a failed allocation explains everything after it (the engine dies, the
+    queue stops moving), and its lever is the opposite of preemption's.
+    Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB`.
+    """
+    if not w.alloc_failures:
+        return None
+    return _set(w, Class.ALLOCATION_FAILURE, Confidence.HIGH, alloc_why(w))
+
+
+def host_kill(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """The kernel, a memory cgroup or the container runtime killed a process for host RAM.
+
+    Why before preemption: a host kill is not the GPU's KV cache at all; lowering
+    --max-num-seqs or the GPU memory fraction cannot help.
+    Example: `Memory cgroup out of memory: Killed process 22997 (VLLM::Worker)`.
+    """
+    if not w.host_ooms:
+        return None
+    return _set(
+        w,
+        Class.HOST_PRESSURE,
+        Confidence.HIGH,
+        "host/container memory kill (kernel, cgroup or container OOM line)",
+    )
+
+
+def preempted(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """Preemptions were counted in this window (warning counter deltas, `Preemptions:`,
+    scrape counter, SGLang retractions).
+
+    Why benign here: one window alone is a burst; the run rule upgrades consecutive
+    preempting windows with KV pinned to a thrash loop.
+    Example: `... total_num_cumulative_preemption=51`.
+    """
+    if w.preemptions <= 0:
+        return None
+    conf = Confidence.LOW if w.preemptions_lower_bound and not w.n_stats else Confidence.MEDIUM
+    return _set(
+        w,
+        Class.BENIGN_PREEMPTION,
+        conf,
+        f"{w.preemptions:.0f} preemption(s), KV max {fmt(w.kv_max, '%')}",
+    )
+
+
+def swap_sizing(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """vLLM warned that its CPU swap space is large against host RAM.
+
+    Why low confidence: a sizing risk, not a kill; it ranks below a proven loop.
+    Example: `Possibly too large swap space. 16.00 GiB out of the 31.26 GiB total CPU memory`.
+    """
+    if not w.swap_warnings:
+        return None
+    return _set(
+        w,
+        Class.HOST_PRESSURE,
+        Confidence.LOW,
+        "swap space sized against host RAM (vLLM swap-space warning)",
+    )
+
+
+def engine_died(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """The engine died and this window holds no memory evidence for why.
+
+    Why undecided: a death alone has many causes; a requested stop's shutdown race is
+    not one (events drop it), and the memory evidence, when present, wins above.
+    Example: `EngineDeadError: EngineCore encountered an issue.`
+    """
+    if not w.engine_deaths:
+        return None
+    return _set(
+        w,
+        Class.INSUFFICIENT_EVIDENCE,
+        Confidence.MEDIUM,
+        "engine died; this window holds no memory evidence for why",
+    )
+
+
+def no_stats(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """Only start-up or context lines: nothing to judge load by.
+
+    Example: the `non-default args` and `KV cache size` lines before the first request.
+    """
+    if w.n_stats:
+        return None
+    return _set(w, Class.HEALTHY, Confidence.LOW, "start-up/context lines only")
+
+
+def suspected_preemption(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """KV pinned at the pressure threshold with requests waiting, in a log that cannot
+    show preemptions (V1 without scrapes of the counter).
+
+    Why never queueing: queueing means KV is not exhausted; a pinned pool with a queue
+    is what preemption looks like, so it is suspected, with the capture to prove it.
+    Example: `Running: 30 reqs, Waiting: 145 reqs, CPU KV cache usage: 100.0%` (V1).
+    """
+    waiting = w.waiting_max or 0
+    kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
+    if not (kv_hot and waiting > 0 and vis.blind_at(w)):
+        return None
+    return _set(
+        w,
+        Class.INSUFFICIENT_EVIDENCE,
+        Confidence.LOW,
+        f"KV {fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
+        "preemptions (suspected)",
+    )
+
+
+def stall(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """Requests wait while nothing runs and the KV cache is nearly empty.
+
+    Why not queueing: the engine is not admitting work at all (a hang or a stuck
+    scheduler), which no capacity lever fixes.
+    Example: `Running: 0 reqs, Swapped: 0 reqs, Pending: 115 reqs, GPU KV cache usage: 0.0%`.
+    """
+    waiting = w.waiting_max or 0
+    if not (waiting > 0 and not (w.running_max or 0) and (w.kv_max or 0.0) < thr.stall_kv_pct):
+        return None
+    return _set(
+        w,
+        Class.INSUFFICIENT_EVIDENCE,
+        Confidence.MEDIUM,
+        f"{waiting} waiting while nothing runs and KV is {fmt(w.kv_max, '%')}: "
+        "the engine is not admitting work (a stall, not memory pressure)",
+    )
+
+
+def _calm_confidence(w: Window, vis: Visibility) -> tuple[Confidence, str]:
+    # A log that cannot show preemptions cannot be highly sure there were none.
+    if vis.blind_at(w):
+        conf = min(_stats_confidence(w), Confidence.MEDIUM, key=_CONF_ORDER.index)
+        return conf, "no preemption seen (this log cannot show it)"
+    return _stats_confidence(w), "no preemption"
+
+
+def queueing(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
+    """Requests wait in most stats lines, nobody is preempted: load waits at the door,
+    the intended safe behaviour.
+
+    Why the share: one line with Waiting > 0 is a blip, not a queue.
+    Example: `Running: 16 reqs, Waiting: 24 reqs, CPU KV cache usage: 20.4%`.
+    """
+    waiting = w.waiting_max or 0
+    if not (waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share):
+        return None
+    conf, seen = _calm_confidence(w, vis)
+    return _set(w, Class.QUEUEING, conf, f"{waiting} waiting, KV max {fmt(w.kv_max, '%')}, {seen}")
+
+
+def healthy(w: Window, thr: Thresholds, vis: Visibility) -> Window:
+    """Nothing of the above: KV below pressure or nothing waiting, no preemption.
+
+    Example: `Running: 2 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.4%`.
+    """
+    waiting = w.waiting_max or 0
+    if w.waiting_max is None:
+        queue = "queue length not logged"
+    elif not waiting:
+        queue = "nothing waiting"
+    else:
+        queue = f"Waiting > 0 in few lines (max {waiting})"
+    conf, seen = _calm_confidence(w, vis)
+    return _set(w, Class.HEALTHY, conf, f"KV max {fmt(w.kv_max, '%')}, {queue}, {seen}")
+
+
+RULES: tuple[WindowRule, ...] = (
+    WindowRule("PD101", "allocation-failure", Class.ALLOCATION_FAILURE, allocation_failure),
+    WindowRule("PD102", "host-kill", Class.HOST_PRESSURE, host_kill),
+    WindowRule("PD103", "preempted", Class.BENIGN_PREEMPTION, preempted),
+    WindowRule("PD104", "swap-sizing", Class.HOST_PRESSURE, swap_sizing),
+    WindowRule("PD105", "engine-died", Class.INSUFFICIENT_EVIDENCE, engine_died),
+    WindowRule("PD106", "no-stats", Class.HEALTHY, no_stats),
+    WindowRule("PD107", "suspected-preemption", Class.INSUFFICIENT_EVIDENCE, suspected_preemption),
+    WindowRule("PD108", "stall", Class.INSUFFICIENT_EVIDENCE, stall),
+    WindowRule("PD109", "queueing", Class.QUEUEING, queueing),
+    WindowRule("PD110", "healthy", Class.HEALTHY, healthy),
+)
+
+
+def classify_window(w: Window, thr: Thresholds, vis: Visibility) -> Window:
+    """The first rule that applies decides the window (the last one always applies)."""
+    for rule in RULES[:-1]:
+        got = rule.check(w, thr, vis)
+        if got is not None:
+            return got
+    return healthy(w, thr, vis)
+
+
+@cache
+def rule_cases() -> tuple[dict[str, Any], ...]:
+    """The rules' test cases (window_rules.toml beside this file)."""
+    path = Path(__file__).with_name("window_rules.toml")
+    return tuple(tomllib.loads(path.read_text(encoding="utf-8"))["case"])
