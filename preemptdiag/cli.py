@@ -72,8 +72,15 @@ def _want_color(choice: str, stream: Any) -> bool:
 
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise DiagError("cannot write the report: stdout is closed (use -o FILE)")
+        try:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise DiagError(f"cannot write the report to stdout: {exc.strerror}") from None
         return
     try:
         output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")

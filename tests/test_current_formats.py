@@ -216,7 +216,7 @@ def test_a_number_past_64_bits_is_a_counted_skip_not_an_internal_error(
         _stats("10:00:00", 2, 0, 1.0).replace("Waiting: 0", "Waiting: " + "9" * 30) + "\n"
     )
     r = analyze(capsys, str(log), code=0)
-    assert r["scan"]["skipped"] == {"value out of range: vllm.v1.stats": 1}
+    assert r["scan"]["skipped"] == {"unreadable value: vllm.v1.stats": 1}
 
 
 @pytest.mark.parametrize(

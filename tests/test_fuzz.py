@@ -228,7 +228,12 @@ def test_signatures_and_normalise_never_raise(text: str) -> None:
     for sig in SIGS:
         for candidate in (text, line.text):
             for m in sig.finditer(candidate):
-                fields = sig.extract(m)
+                try:
+                    fields = sig.extract(m)
+                except ValueError as exc:
+                    # Only numbers past 64 bits are refused (the scan counts the line).
+                    assert "out of range" in str(exc), exc
+                    continue
                 assert set(sig.fields) <= set(fields)
 
 

@@ -41,8 +41,11 @@ def parse_tz(text: str | None) -> Any:
         return UTC
     sign = -1 if text.startswith("-") else 1
     body = text.lstrip("+-").replace(":", "")
-    if len(body) == 4 and body.isdigit():
-        return timezone(sign * timedelta(hours=int(body[:2]), minutes=int(body[2:])))
+    if len(body) == 4 and body.isdigit() and body.isascii():
+        hours, minutes = int(body[:2]), int(body[2:])
+        if hours > 23 or minutes > 59:
+            raise DiagError(f"--tz: not a UTC offset: {text!r} (from -23:59 to +23:59)")
+        return timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
         from zoneinfo import ZoneInfo
 

@@ -110,8 +110,11 @@ def _thrash(
         facts.max_concurrency is not None and facts.max_concurrency < thr.single_request_concurrency
     )
     len_fills = bool(cur_len and facts.kv_tokens and cur_len >= facts.kv_tokens)
-    if engine == "vllm" and facts.kv_tokens and (low_conc or len_fills):
-        target_conc = 2
+    target_conc = 2
+    shorter = bool(facts.kv_tokens and (not cur_len or facts.kv_tokens // target_conc < cur_len))
+    # The context lever only ever lowers --max-model-len (a configured concurrency
+    # threshold must not turn it into a raise).
+    if engine == "vllm" and facts.kv_tokens and (low_conc or len_fills) and shorter:
         proposed_len = facts.kv_tokens // target_conc
         tell = (
             f"Maximum concurrency at {cur_len or '?'} tokens per request = "

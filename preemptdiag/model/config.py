@@ -6,6 +6,7 @@ Config is read from `preemptdiag.toml` (top level) or `[tool.preemptdiag]` in
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -66,8 +67,12 @@ def _find_config(start: Path) -> tuple[Path, dict[str, Any]] | None:
             return own, _read(own)
         py = d / "pyproject.toml"
         if py.is_file():
-            data = _read(py)
-            section = data.get("tool", {}).get("preemptdiag")
+            try:
+                data = _read(py)
+            except DiagError:
+                continue  # another project's broken pyproject.toml is not ours to judge
+            tool = data.get("tool")
+            section = tool.get("preemptdiag") if isinstance(tool, dict) else None
             if isinstance(section, dict):
                 return py, section
     return None
@@ -80,13 +85,27 @@ def _read(path: Path) -> dict[str, Any]:
         raise DiagError(f"cannot read config {path}: {exc}") from None
 
 
+_TOP_KEYS = frozenset({"window", "fail-on", "fail_on", "signatures", "thresholds"})
+# Where a threshold makes sense at all (percentages, shares, the headroom factor).
+_THRESHOLD_RANGES: dict[str, tuple[float, float]] = {
+    "kv_pressure_pct": (1.0, 100.0),
+    "stall_kv_pct": (0.0, 100.0),
+    "queue_min_share": (0.0, 1.0),
+    "headroom": (0.05, 1.0),
+    "single_request_concurrency": (0.0, 1000.0),
+}
+
+
 def load_config(explicit: Path | None = None, cwd: Path | None = None) -> FileConfig:
     if explicit is not None:
         if not explicit.is_file():
             raise DiagError(f"config file not found: {explicit}")
         data = _read(explicit)
         if explicit.name == "pyproject.toml":
-            data = data.get("tool", {}).get("preemptdiag", {})
+            tool = data.get("tool")
+            data = tool.get("preemptdiag", {}) if isinstance(tool, dict) else {}
+            if not isinstance(data, dict):
+                raise DiagError(f"{explicit}: [tool.preemptdiag] must be a table")
         found: tuple[Path, dict[str, Any]] | None = (explicit, data)
     else:
         found = _find_config((cwd or Path.cwd()).resolve())
@@ -101,13 +120,32 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> FileCo
     for k, v in raw_thr.items():
         if k not in known:
             raise DiagError(f"{path}: unknown threshold {k!r} (known: {', '.join(sorted(known))})")
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise DiagError(f"{path}: threshold {k!r} must be a number")
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            raise DiagError(f"{path}: threshold {k!r} must be a finite number")
+        if known[k] == "int" and (not float(v).is_integer() or v < 1):
+            raise DiagError(f"{path}: threshold {k!r} must be a whole number >= 1")
+        lo, hi = _THRESHOLD_RANGES.get(k, (0.0, math.inf))
+        if not lo <= v <= hi:
+            raise DiagError(f"{path}: threshold {k!r} must be between {lo:g} and {hi:g}")
         updates[k] = int(v) if known[k] == "int" else float(v)
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise DiagError(
+            f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})"
+        )
     fail_on = data.get("fail-on", data.get("fail_on"))
     if isinstance(fail_on, str):
         fail_on = [s.strip() for s in fail_on.split(",") if s.strip()]
+    if fail_on is not None and (
+        not isinstance(fail_on, list) or not all(isinstance(c, str) for c in fail_on)
+    ):
+        raise DiagError(f"{path}: fail-on must be a class name or a list of them")
+    window = data.get("window")
+    if window is not None and not isinstance(window, str | int):
+        raise DiagError(f'{path}: window must be a duration such as "60s"')
     sig = data.get("signatures")
+    if sig is not None and not isinstance(sig, str):
+        raise DiagError(f"{path}: signatures must be a directory path")
     return FileConfig(
         thresholds=replace(Thresholds(), **updates),
         window=str(data["window"]) if "window" in data else None,
@@ -136,6 +174,11 @@ def parse_fail_on(values: tuple[str, ...] | list[str]) -> tuple[Class, ...]:
     return tuple(out)
 
 
+# A window longer than a week says nothing a week does not, and keeps the arithmetic
+# of window starts far from datetime's limits.
+MAX_WINDOW_S = 7 * 24 * 3600
+
+
 def parse_duration(text: str) -> int:
     """'60s', '5m', '1h', '90' -> seconds."""
     t = text.strip().lower()
@@ -149,6 +192,8 @@ def parse_duration(text: str) -> int:
         value = float(t)
     except ValueError:
         raise DiagError(f"not a duration: {text!r} (use e.g. 60s, 5m, 1h)") from None
+    if not math.isfinite(value) or value * mult > MAX_WINDOW_S:
+        raise DiagError(f"window must be at most 7 days: {text!r}")
     seconds = int(value * mult)
     if seconds < 1:
         raise DiagError(f"window must be at least 1 second: {text!r}")

@@ -16,6 +16,24 @@ _MONTHS = {
         ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
     )
 }
+# syslog stamps on hosts with another LC_TIME: the German, Spanish and French three-letter
+# months that differ from the English ones.
+_MONTHS.update(
+    {"Mär": 3, "Mrz": 3, "Mai": 5, "Okt": 10, "Dez": 12}
+    | {"Ene": 1, "Abr": 4, "Ago": 8, "Dic": 12}
+    | {"Fév": 2, "Avr": 4, "Aoû": 8, "Déc": 12}
+)
+
+
+def month_number(abbr: str) -> int | None:
+    """The month of a syslog stamp's three letters (any case), or None."""
+    return _MONTHS.get(abbr[:1].upper() + abbr[1:3].lower())
+
+
+def in_range(dt: datetime) -> datetime | None:
+    """A stamp every later step can shift by a day and a zone (Go's zero time, year 1,
+    and year 9999 stamps cannot be): outside, it is treated as unparseable."""
+    return dt if 1900 <= dt.year <= 9000 else None
 
 
 @lru_cache(maxsize=256)
@@ -43,7 +61,7 @@ def parse_iso(text: str) -> datetime | None:
         s, f = s.split(".", 1)
         frac = int((f + "000000")[:6]) if f.isdigit() else 0
     dt = _date_time(s)
-    return None if dt is None else dt.replace(microsecond=frac, tzinfo=zone or UTC)
+    return None if dt is None else in_range(dt.replace(microsecond=frac, tzinfo=zone or UTC))
 
 
 def _date_time(s: str) -> datetime | None:
@@ -69,6 +87,8 @@ def _date_time(s: str) -> datetime | None:
 
 def _offset(text: str) -> timezone | None:
     sign = -1 if text[0] == "-" else 1
+    if not text[1:5].isdigit() or not text[1:5].isascii():
+        return None  # `+ab:cd`: not a zone
     delta = timedelta(hours=int(text[1:3]), minutes=int(text[3:5]))
     if delta >= timedelta(hours=24):
         return None  # not a real zone: treat the stamp as unparseable
@@ -83,14 +103,17 @@ def parse_any(text: str) -> datetime | None:
         dt = du_parser.parse(text)
     except (ValueError, OverflowError):
         return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return in_range(dt if dt.tzinfo else dt.replace(tzinfo=UTC))
 
 
 def parse_month_day(text: str, year: int, tz: timezone = UTC) -> datetime | None:
     """vLLM `MM-DD HH:MM:SS` or syslog `Aug 19 18:34:30` with a borrowed year."""
     try:
-        if text[:3] in _MONTHS:
-            month = _MONTHS[text[:3]]
+        if not text[:1].isdigit():
+            found = month_number(text[:3])
+            if found is None:
+                return None
+            month = found
             day = int(text[4:6])
             hms = text[7:15]
         else:

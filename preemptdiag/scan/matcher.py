@@ -47,8 +47,9 @@ TRUNCATED = "truncated {codec}: input ended early"
 DECOY = "decoy in request text"
 # skipped["unparsed: <signature id>"]: the signature's literal was there, its regex failed.
 UNPARSED = "unparsed: "
-# skipped["value out of range: <signature id>"]: matched, but a number would not fit.
-UNREADABLE = "value out of range: "
+# skipped["unreadable value: <signature id>"]: matched, but a field would not convert
+# (a number past 64 bits, a word where a user signature wants a number).
+UNREADABLE = "unreadable value: "
 
 # A match that starts after one of these markers sits inside a logged request:
 # user text quoting a signal line is a decoy, never evidence.

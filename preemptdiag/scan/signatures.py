@@ -175,6 +175,29 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
         raise _fail(
             path, sid, "pattern has a nested unbounded quantifier (catastrophic backtracking)"
         )
+    for key, want in (("fields", dict), ("set", dict), ("match", list), ("no_match", list)):
+        if key in raw and not isinstance(raw[key], want):
+            shape = "a table" if want is dict else "a list of tables ([[signature.KEY]])"
+            raise _fail(path, sid, f"'{key}' must be {shape.replace('KEY', key)}")
+    for key in ("overlaps",):
+        if key in raw and not (
+            isinstance(raw[key], list) and all(isinstance(x, str) for x in raw[key])
+        ):
+            raise _fail(path, sid, f"'{key}' must be a list of signature ids")
+    if "priority" in raw and (
+        not isinstance(raw["priority"], int) or isinstance(raw["priority"], bool)
+    ):
+        raise _fail(path, sid, "'priority' must be a whole number")
+    for key in ("family", "engine", "versions", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise _fail(path, sid, f"'{key}' must be a string")
+    for ex in [*raw.get("match", []), *raw.get("no_match", [])]:
+        if not isinstance(ex, dict) or not isinstance(ex.get("line"), str):
+            raise _fail(
+                path, sid, "every [[signature.match]] / [[signature.no_match]] needs a 'line'"
+            )
+        if not isinstance(ex.get("fields", {}), dict):
+            raise _fail(path, sid, "an example's 'fields' must be a table")
     fields = dict(raw.get("fields", {}))
     for name, typ in fields.items():
         if typ not in CONVERTERS:

@@ -13,7 +13,7 @@ Counting rules (design.md section 2):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -21,7 +21,14 @@ from packaging.version import InvalidVersion, Version
 
 from preemptdiag.ingest.rotation import Span, rotated_sets
 from preemptdiag.model.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
-from preemptdiag.model.timeparse import YearTracker, parse_any, parse_iso, parse_month_day
+from preemptdiag.model.timeparse import (
+    YearTracker,
+    in_range,
+    month_number,
+    parse_any,
+    parse_iso,
+    parse_month_day,
+)
 from preemptdiag.scan.rollup import map_rollup, member_time, stats_preemptions
 
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
@@ -56,9 +63,10 @@ def _wrapper_ts(tag: str, clock: _SourceClock, ctx: TimeContext) -> datetime | N
         dt = parse_any(text)
         return dt.replace(tzinfo=ctx.tz) if dt else None
     if kind == "syslog":
-        month_day = text
-        month = datetime.strptime(month_day[:3], "%b").month
-        return parse_month_day(month_day, clock.years.resolve(month), ctx.tz)
+        month = month_number(text[:3])
+        if month is None:
+            return None
+        return parse_month_day(text, clock.years.resolve(month), ctx.tz)
     if kind == "clock":
         return _clock_ts(text, clock, ctx)
     if kind == "uptime" and ctx.boot_time is not None:
@@ -132,6 +140,21 @@ def _stamp_from_context(out: list[tuple[Hit, datetime | None]], ctx: TimeContext
             out[j] = (prev, when)
 
 
+def _safe(
+    parse: Callable[[str, _SourceClock, TimeContext], datetime | None],
+    text: str,
+    clock: _SourceClock,
+    ctx: TimeContext,
+) -> datetime | None:
+    """A stamp that cannot be a time (month 13, 25:61:61, a boot time plus 10^14 s, a
+    date a zone shift pushes out of range) is no stamp: the line takes its neighbours'."""
+    try:
+        dt = parse(text, clock, ctx)
+    except (ValueError, OverflowError):
+        return None
+    return None if dt is None else in_range(dt)
+
+
 def resolve_times(
     hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext
 ) -> list[tuple[Hit, datetime | None]]:
@@ -139,13 +162,13 @@ def resolve_times(
     clock = _SourceClock(YearTracker(_base_year(hits, mtime, ctx)), mtime)
     out: list[tuple[Hit, datetime | None]] = []
     for h in hits:
-        ts = _wrapper_ts(h.ts_wrapper, clock, ctx) if h.ts_wrapper else None
+        ts = _safe(_wrapper_ts, h.ts_wrapper, clock, ctx) if h.ts_wrapper else None
         if ts is not None and h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|")):
             clock.last_date = ts
             clock.years.year = ts.year
             clock.years.last_month = ts.month
         if ts is None and h.ts_engine:
-            ts = _engine_ts(h.ts_engine, clock, ctx)
+            ts = _safe(_engine_ts, h.ts_engine, clock, ctx)
         out.append((h, ts))
     # Year-less stamps taken from mtime: a log cannot end after the file was written.
     if ctx.year is None and mtime is not None:

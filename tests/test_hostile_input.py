@@ -1,0 +1,233 @@
+"""Hostile and damaged values (issue 15's exit-3 causes): every one is a clear one-line
+error or a clean partial result, never an internal error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preemptdiag.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+V1_STATS = (
+    "(APIServer pid=1) INFO 06-16 17:21:{s} [loggers.py:1] Engine 000: Avg prompt throughput: "
+    "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 1.0%"
+)
+KILL = (
+    "Out of memory: Killed process 123 (python3) total-vm:1kB, anon-rss:1kB, file-rss:0kB, "
+    "shmem-rss:0kB"
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "internal error" not in err and "Traceback" not in out + err
+    return code, out, err
+
+
+def report(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    code, out, _ = run(capsys, "analyze", "--format", "json", *argv)
+    assert code in (0, 1)
+    data: dict[str, object] = json.loads(out)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("leap_second", V1_STATS.format(s="60")),
+        ("go_zero_time", "0001-01-01T00:00:00+01:00 " + V1_STATS.format(s="00")),
+        ("year_10000", "9999-12-31T23:59:59-05:00 " + V1_STATS.format(s="00")),
+        (
+            "docker_bad_offset",
+            json.dumps(
+                {"log": V1_STATS.format(s="00") + "\n", "time": "2025-01-01T00:00:00+ab:cd"}
+            ),
+        ),
+        ("german_syslog_month", f"Okt 22 15:35:31 host kernel: {KILL}"),
+        ("spanish_syslog_month", f"Dic 22 15:35:31 host kernel: {KILL}"),
+        ("huge_dmesg_uptime", f"[99999999999999.5] {KILL}"),
+        ("impossible_date", V1_STATS.format(s="00").replace("06-16", "13-45")),
+    ],
+)
+def test_damaged_stamps_are_no_stamps(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, line: str
+) -> None:
+    log = tmp_path / f"{name}.log"
+    log.write_text(line + "\n")
+    r = report(capsys, str(log), "--year", "2025")
+    assert r["verdict"]["evidence_found"] is True  # type: ignore[index]
+
+
+def test_localised_syslog_months_are_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(f"Okt 22 15:35:31 host kernel: {KILL}\n")
+    r = report(capsys, str(log), "--year", "2025")
+    assert r["verdict"]["class"] == "host_pressure"  # type: ignore[index]
+    assert str(r["verdict"]["start"]).startswith("2025-10-22T15:35")  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--window", "inf", "window must be at most 7 days: 'inf'"),
+        ("--window", "nan", "window must be at most 7 days: 'nan'"),
+        ("--window", "1e20", "window must be at most 7 days: '1e20'"),
+        ("--tz", "+25:00", "--tz: not a UTC offset: '+25:00' (from -23:59 to +23:59)"),
+        ("--since", "2025-01-01T00:00+ab:cd", "--since: not a date/time: '2025-01-01T00:00+ab:cd'"),
+    ],
+)
+def test_bad_flag_values_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, value: str, message: str
+) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    code, _, err = run(capsys, "analyze", str(log), flag, value)
+    assert code == 2
+    assert err.startswith(f"preemptdiag: error: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "message"),
+    [
+        ("preemptdiag.toml", "fail-on = 5\n", "fail-on must be a class name or a list of them"),
+        (
+            "preemptdiag.toml",
+            "[thresholds]\nheadroom = nan\n",
+            "'headroom' must be a finite number",
+        ),
+        (
+            "preemptdiag.toml",
+            "[thresholds]\nheadroom = 0\n",
+            "'headroom' must be between 0.05 and 1",
+        ),
+        ("preemptdiag.toml", 'windw = "60s"\n', "unknown key 'windw'"),
+    ],
+)
+def test_bad_config_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    file: str,
+    text: str,
+    message: str,
+) -> None:
+    (tmp_path / file).write_text(text)
+    (tmp_path / "a.log").write_text(V1_STATS.format(s="00") + "\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "analyze", "a.log")
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_an_unrelated_broken_pyproject_is_not_ours(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('tool = "x"\n')
+    (tmp_path / "a.log").write_text(V1_STATS.format(s="00") + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "analyze", "a.log")[0] == 0
+    (tmp_path / "pyproject.toml").write_text("[tool\n")  # not TOML at all
+    assert run(capsys, "analyze", "a.log")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('fields = "oops"\n', "'fields' must be a table"),
+        ('priority = "high"\n', "'priority' must be a whole number"),
+        ("[[signature.match]]\nfields = {}\n", "needs a 'line'"),
+    ],
+)
+def test_wrong_types_in_a_user_signature_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, message: str
+) -> None:
+    d = tmp_path / "sigs"
+    d.mkdir()
+    head = 'id = "x"\nfamily = "f"\nengine = "v"\nkind = "context"\nprefilter = ["abc"]\npattern = "abc"\n'
+    match = "" if "signature.match" in body else '[[signature.match]]\nline = "abc"\n'
+    (d / "a.toml").write_text("[[signature]]\n" + head + body + match)
+    (tmp_path / "a.log").write_text("abc\n")
+    code, _, err = run(capsys, "analyze", str(tmp_path / "a.log"), "--signatures", str(d))
+    assert code == 2 and message in err
+
+
+def test_a_user_field_that_will_not_convert_is_a_counted_skip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    d = tmp_path / "sigs"
+    d.mkdir()
+    (d / "a.toml").write_text(
+        '[[signature]]\nid = "x"\nfamily = "f"\nengine = "v"\nkind = "context"\n'
+        'prefilter = ["abc"]\npattern = "abc(?P<n>[a-z]+)"\n[signature.fields]\nn = "int"\n'
+        '[[signature.match]]\nline = "abc1"\n'
+    )
+    (tmp_path / "a.log").write_text("abcxyz\n")
+    r = report(capsys, str(tmp_path / "a.log"), "--signatures", str(d))
+    assert r["scan"]["skipped"] == {"unreadable value: x": 1}  # type: ignore[index]
+
+
+def _cli(args: list[str], stdout: object) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "preemptdiag", *args],
+        env=env, text=True, stdout=stdout, stderr=subprocess.PIPE, timeout=60,
+    )  # fmt: skip
+
+
+def test_stdout_full_or_closed_is_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    with open("/dev/full", "w") as full:
+        p = _cli(["analyze", str(log)], stdout=full)
+    assert p.returncode == 2
+    assert (
+        p.stderr
+        == "preemptdiag: error: cannot write the report to stdout: No space left on device\n"
+    )
+    p = _cli(["analyze", str(log)], stdout=subprocess.DEVNULL)
+    assert p.returncode == 0
+
+
+def test_stdout_closed_is_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    p = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m preemptdiag analyze "{log}" >&-'],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert (
+        p.stderr == "preemptdiag: error: cannot write the report: stdout is closed (use -o FILE)\n"
+    )
+
+
+def test_a_configured_concurrency_threshold_never_raises_the_context_length() -> None:
+    from builders import make_window
+
+    from preemptdiag.diagnose.advice import choose_lever
+    from preemptdiag.model.config import Thresholds
+    from preemptdiag.model.records import Class, Confidence, EngineInfo, Verdict
+    from preemptdiag.timeline.knobs import Facts
+
+    # 116,512 KV tokens / 2 = 58,256 would be a *raise* from 8,192.
+    facts = Facts(knobs={"max_model_len": "8192"}, kv_tokens=116_512, max_concurrency=14.2)
+    w = make_window(
+        0, preemptions=9.0, kv_max=99.0, running_max=50, kv_peak_running=50, cls=Class.THRASH_LOOP
+    )
+    v = Verdict(Class.THRASH_LOOP, Confidence.HIGH, None, None, "a", "x", ())
+    thr = Thresholds(single_request_concurrency=16.0)
+    lever = choose_lever(v, [w], [], facts, EngineInfo("vllm", "v0", "0.6.3"), thr)
+    assert lever.knob == "--max-num-seqs"
+    assert lever.proposed is not None and int(lever.proposed) < 50
