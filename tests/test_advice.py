@@ -158,3 +158,22 @@ def test_sglang_lever_speaks_sglang_all_the_way_through() -> None:
     for vllm_word in ("--max-num-seqs", "vllm:", "--gpu-memory-utilization", "Preemptions:"):
         assert vllm_word not in text
     assert "--mem-fraction-static" in lever.do_not
+
+
+def test_every_lever_says_how_to_apply_and_when_to_roll_back() -> None:
+    facts = Facts(knobs={"max_num_seqs": "96"})
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 96)], [], facts, V0, Thresholds()
+    )
+    assert lever.apply.startswith("`vllm serve MODEL ... --max-num-seqs 48`")
+    assert "container's `args`" in lever.apply
+    assert lever.rollback.startswith("restore `--max-num-seqs 96` if completed requests")
+    calm = choose_lever(verdict(Class.HEALTHY), [], [], Facts(), V0, Thresholds())
+    assert (calm.apply, calm.rollback) == ("", "")
+
+
+def test_an_assumed_default_rolls_back_by_dropping_the_flag() -> None:
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 37)], [], Facts(), V0, Thresholds()
+    )
+    assert lever.rollback.startswith("restore the launch command without --max-num-seqs")

@@ -20,6 +20,7 @@ from preemptdiag.diagnose.runbook import (
     VERIFY_PREEMPT,
     VERIFY_RETRACT,
 )
+from preemptdiag.diagnose.way_back import with_way_back
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import (
@@ -48,6 +49,19 @@ def _no_change(cls: Class, rationale: str, engine: str) -> Lever:
 
 
 def choose_lever(
+    verdict: Verdict,
+    windows: Sequence[Window],
+    events: Sequence[Event],
+    facts: Facts,
+    info: EngineInfo,
+    thr: Thresholds,
+) -> Lever:
+    """The one lever, with how to apply it and when to roll it back."""
+    lever = _choose(verdict, windows, events, facts, info, thr)
+    return with_way_back(lever, verdict.cls)
+
+
+def _choose(
     verdict: Verdict,
     windows: Sequence[Window],
     events: Sequence[Event],

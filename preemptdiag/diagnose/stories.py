@@ -85,6 +85,12 @@ _KILLERS = {
     "kernel_panic",
 }
 _AFTERMATH = {"k8s_oomkilled", "exit_137", "docker_oomkilled"}
+# What the container runtime said, in words (the ids are the signatures' subtypes).
+_AFTERMATH_WORDS = {
+    "k8s_oomkilled": "Kubernetes reports OOMKilled",
+    "exit_137": "exit code 137 (SIGKILL)",
+    "docker_oomkilled": "Docker reports OOMKilled",
+}
 
 
 def host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
@@ -124,7 +130,8 @@ def host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | N
             why = f"the kernel/cgroup OOM killer killed {who}{when}: host memory, not the GPU"
     if after:
         a = after[0]
-        consequence = f"container terminated: {a.fields.get('subtype')} [{a.source}:{a.line}]"
+        said = _AFTERMATH_WORDS.get(str(a.fields.get("subtype")), "terminated")
+        consequence = f"container terminated: {said} [{a.source}:{a.line}]"
         if why is None:
             why = "the container runtime reports an OOM kill / exit 137: host memory, not the GPU"
     return why, cause, consequence

@@ -185,6 +185,8 @@ class Lever:
     do_not: str
     rationale: str
     engine: str = "vllm"
+    apply: str = ""  # where the change goes (the launch command, the container spec)
+    rollback: str = ""  # the previous value, and the signal that means going back
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,8 @@ def lever_dict(lv: Lever) -> dict[str, JSONValue]:
         "proposed": lv.proposed,
         "arithmetic": list(lv.arithmetic),
         "verify": lv.verify,
+        "apply": lv.apply or None,
+        "rollback": lv.rollback or None,
         "do_not": lv.do_not,
         "rationale": lv.rationale,
         "engine": lv.engine,

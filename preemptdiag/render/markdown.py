@@ -146,8 +146,12 @@ def _lever(report: Report) -> list[str]:
     if lv.arithmetic:
         out.append("- **arithmetic:**")
         out += [f"  - {code(step)}" for step in lv.arithmetic]
+    if lv.apply:
+        out.append(f"- **apply:** {lv.apply}")
     out.append(f"- **verify:** {lv.verify or common.EMPTY}")
-    out.append(f"- **do NOT:** {lv.do_not or common.EMPTY}")
+    if lv.rollback:
+        out.append(f"- **roll back:** {lv.rollback}")
+    out.append(f"- **avoid:** {lv.do_not or common.EMPTY}")
     return out
 
 

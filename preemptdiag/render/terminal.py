@@ -121,7 +121,12 @@ def _lever(console: Console, report: Report) -> None:
     if lv.rationale:
         rows.append(("rationale", lv.rationale))
     rows += [("arithmetic" if i == 0 else "", step) for i, step in enumerate(lv.arithmetic)]
-    rows += [("verify", lv.verify or common.EMPTY), ("do NOT", lv.do_not or common.EMPTY)]
+    if lv.apply:
+        rows.append(("apply", lv.apply))
+    rows.append(("verify", lv.verify or common.EMPTY))
+    if lv.rollback:
+        rows.append(("roll back", lv.rollback))
+    rows.append(("avoid", lv.do_not or common.EMPTY))
     console.print(_fields(rows))
 
 
