@@ -167,16 +167,14 @@ def analyze(
     from preemptdiag.render import Format, render
     from preemptdiag.render.summary import verdict_line
 
-    formats = fmt or ["terminal"]
-    for f in formats:
+    for f in fmt or []:
         if f not in FORMATS:
             raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
     if color not in ("auto", "always", "never"):
         raise DiagError(f"--color must be auto, always or never, not {color!r}")
-    outputs = list(output or [])
-    if len(outputs) > len(formats):
-        raise DiagError("more --output files than --format values")
-    from preemptdiag.commands.options import build_options
+    from preemptdiag.commands.options import build_options, plan_outputs
+
+    plan = plan_outputs(fmt, list(output or []), files)
 
     opts = build_options(
         files,
@@ -200,8 +198,7 @@ def analyze(
     if quiet:
         _emit(verdict_line(outcome.report), None)
         raise typer.Exit(outcome.exit_code)
-    for i, f in enumerate(formats):
-        dest = outputs[i] if i < len(outputs) else None
+    for f, dest in plan:
         use_color = dest is None and _want_color(color, sys.stdout)
         _emit(render(outcome.report, Format(f), color=use_color, width=_width()), dest)
     raise typer.Exit(outcome.exit_code)

@@ -231,3 +231,48 @@ def test_a_configured_concurrency_threshold_never_raises_the_context_length() ->
     lever = choose_lever(v, [w], [], facts, EngineInfo("vllm", "v0", "0.6.3"), thr)
     assert lever.knob == "--max-num-seqs"
     assert lever.proposed is not None and int(lever.proposed) < 50
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-f", "json", "-o", "{log}"], "-o {log}: that is an input file; it would be overwritten"),
+        (
+            ["-f", "json", "-o", "{link}"],
+            "-o {link}: that is an input file; it would be overwritten",
+        ),
+        (
+            ["-o", "{d}/a.json", "-o", "{d}/./a.json"],
+            "-o {d}/a.json: named twice; one report per file",
+        ),
+        (
+            ["-f", "terminal", "-f", "markdown", "-o", "{d}/r2.md"],
+            "-o {d}/r2.md is markdown by its name but pairs with --format terminal",
+        ),
+        (["-o", "{d}/r.weird"], "-o {d}/r.weird: cannot tell the format from the name"),
+    ],
+    ids=["input", "input_via_link", "twice", "mismatch", "unknown_suffix"],
+)
+def test_outputs_never_overwrite_inputs_and_agree_with_their_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    (tmp_path / "link.log").symlink_to(log)
+    names = {"log": str(log), "link": str(tmp_path / "link.log"), "d": str(tmp_path)}
+    code, _, err = run(capsys, "analyze", *(a.format(**names) for a in argv), str(log))
+    assert code == 2 and err.startswith("preemptdiag: error: " + message.format(**names))
+    assert log.read_text() == V1_STATS.format(s="00") + "\n"
+
+
+def test_an_output_takes_its_format_from_its_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    code, out, _ = run(
+        capsys, "analyze", "-o", str(tmp_path / "r.json"), "-o", str(tmp_path / "r.md"), str(log)
+    )
+    assert code == 0 and out == ""
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == "preemptdiag/report"
+    assert (tmp_path / "r.md").read_text().startswith("### preemptdiag: healthy")

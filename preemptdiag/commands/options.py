@@ -102,3 +102,66 @@ def build_options(
         strict=strict,
         max_events=default_max_events() if max_events is None else (max_events or None),
     )
+
+
+_FORMAT_OF_SUFFIX = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".sarif": "sarif",
+    ".txt": "terminal",
+}
+
+
+def plan_outputs(
+    formats: list[str] | None, outputs: list[Path], inputs: list[str]
+) -> list[tuple[str, Path | None]]:
+    """(format, destination) pairs; None is stdout. Without --format each -o takes its
+    format from its name; with both they pair by position and must agree. An -o that
+    names an input (by any path: a link, ./x) or a second -o to one file is refused
+    before anything is read."""
+    seen: list[Path] = []
+    for dest in outputs:
+        if str(dest) == "-":
+            continue
+        for other in seen:
+            if _same(dest, other):
+                raise DiagError(f"-o {dest}: named twice; one report per file")
+        for name in inputs:
+            if name != "-" and _same(dest, Path(name)):
+                raise DiagError(f"-o {dest}: that is an input file; it would be overwritten")
+        seen.append(dest)
+    pairs: list[tuple[str, Path | None]] = []
+    if not formats:
+        for dest in outputs:
+            named = _FORMAT_OF_SUFFIX.get(dest.suffix.lower()) if str(dest) != "-" else "terminal"
+            if named is None:
+                raise DiagError(
+                    f"-o {dest}: cannot tell the format from the name; add --format "
+                    "(terminal, markdown, json or sarif)"
+                )
+            pairs.append((named, None if str(dest) == "-" else dest))
+        return pairs or [("terminal", None)]
+    if len(outputs) > len(formats):
+        raise DiagError("more --output files than --format values")
+    for i, fmt in enumerate(formats):
+        out: Path | None = outputs[i] if i < len(outputs) else None
+        if out is not None and str(out) == "-":
+            out = None
+        named = _FORMAT_OF_SUFFIX.get(out.suffix.lower()) if out is not None else None
+        if named is not None and named != fmt:
+            raise DiagError(
+                f"-o {out} is {named} by its name but pairs with --format {fmt} "
+                "(the n-th -o takes the n-th --format)"
+            )
+        pairs.append((fmt, out))
+    return pairs
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+    except OSError:
+        return False
+    return a.resolve() == b.resolve()
