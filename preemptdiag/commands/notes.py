@@ -67,15 +67,13 @@ def alignment_notes(
     for r, src in zip(results, logs, strict=True):
         if not r.hits:
             continue
-        dated = any(
-            h.ts_wrapper and h.ts_wrapper.split("|")[0] in ("iso", "sql", "dmesg_t") for h in r.hits
-        )
+        dated = any(h.ts_wrapper and h.ts_wrapper.dated for h in r.hits)
         engine_only = any(h.ts_engine for h in r.hits)
-        uptime_only = any(h.ts_wrapper and h.ts_wrapper.startswith("uptime|") for h in r.hits)
+        uptime_only = any(h.ts_wrapper and h.ts_wrapper.kind == "uptime" for h in r.hits)
         if dated:
             continue
         if engine_only or any(
-            h.ts_wrapper and h.ts_wrapper.startswith(("syslog|", "clock|")) for h in r.hits
+            h.ts_wrapper and h.ts_wrapper.kind in ("syslog", "clock") for h in r.hits
         ):
             how = f"--year {time.year}" if time.year else "the file's modification time"
             guessed.append(f"{src.name} (year/date from {how})")

@@ -76,6 +76,23 @@ class Rollup(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
+class WrapperStamp:
+    """A timestamp a wrapper put in front of the engine's line, with how to read it.
+
+    kind: iso (RFC 3339, has a zone), sql (`YYYY-MM-DD HH:MM:SS`, no zone), dmesg_t
+    (`dmesg -T`), syslog (`Aug 19 18:34:30`, no year), clock (`HH:MM:SS` alone), uptime
+    (dmesg seconds since boot)."""
+
+    kind: str
+    text: str
+
+    @property
+    def dated(self) -> bool:
+        """Carries its own date and year."""
+        return self.kind in ("iso", "sql", "dmesg_t")
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One signature match on one physical line (or a rejoined wrapped line)."""
 
@@ -85,7 +102,7 @@ class Hit:
     kind: Kind
     fields: Mapping[str, FieldValue]
     text: str  # the normalised line (ANSI and wrappers stripped), for evidence
-    ts_wrapper: str | None  # wrapper timestamp text (kubectl/docker/journald/...)
+    ts_wrapper: WrapperStamp | None  # wrapper timestamp (kubectl/docker/journald/...)
     ts_engine: str | None  # engine timestamp text (e.g. "06-16 21:24:15")
     proc: str | None  # process / rank prefix, e.g. "VllmWorkerProcess", "TP3"
     repeat: int = 1  # Ray "[repeated Nx across cluster]" multiplier

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from preemptdiag.model.records import Hit
+from preemptdiag.model.records import Hit, WrapperStamp
 from preemptdiag.scan.lines import (
     Line,
     engine_ts_before,
@@ -356,11 +356,11 @@ def _declared(a: Signature, b: Signature) -> bool:
     return b.id in a.overlaps or a.id in b.overlaps
 
 
-def _ts_tag(ts: str | None, kind: str | None) -> str | None:
-    """Keep the wrapper format with its text so events.py can parse it without guessing."""
+def _ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
+    """Keep the wrapper format with its text so events can parse it without guessing."""
     if ts is None:
         return None
-    return f"{kind}|{ts}"
+    return WrapperStamp(kind or "", ts)
 
 
 def _decoy_position(text: str) -> int | None:

@@ -31,7 +31,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TypeVar
 
-from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats
+from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
 from preemptdiag.model.timeparse import parse_iso
 
 T = TypeVar("T")
@@ -85,10 +85,10 @@ def stamp(h: Hit) -> Stamp:
 
 
 @lru_cache(maxsize=256)
-def _stamp(wrapper: str | None, engine: str | None) -> Stamp:
+def _stamp(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
     # Cached: a dense log repeats each second's stamp on several lines.
     if wrapper:
-        kind, _, text = wrapper.partition("|")
+        kind, text = wrapper.kind, wrapper.text
         m = _ISO.fullmatch(text) if kind in ("iso", "sql") else None
         if m is None:
             return None, None, None
@@ -117,7 +117,7 @@ def stream_key(h: Hit) -> tuple[object, ...] | None:
         h.sig,
         h.proc,
         h.pod,
-        (h.ts_wrapper or "").partition("|")[0],
+        h.ts_wrapper.kind if h.ts_wrapper else "",
         tuple([v is None for v in h.fields.values()]),
         " llm_engine.py:" in h.text,  # rules.preemption_visibility reads it
     )
@@ -292,10 +292,10 @@ def member_time(member: Hit, carrier: Hit, carrier_ts: datetime | None) -> datet
         return carrier_ts
     if member.ts_wrapper:
         # ISO/SQL stamps carry their date: parse them (zone as the carrier got it).
-        dt = parse_iso(member.ts_wrapper.partition("|")[2])
+        dt = parse_iso(member.ts_wrapper.text)
         if dt is None:
             return carrier_ts
-        if member.ts_wrapper.startswith("sql|"):
+        if member.ts_wrapper.kind == "sql":
             dt = dt.replace(tzinfo=carrier_ts.tzinfo)
         return dt
     sec = stamp(member)[2]

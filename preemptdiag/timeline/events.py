@@ -16,11 +16,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
+from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
 from preemptdiag.ingest.rotation import Span, rotated_sets
-from preemptdiag.model.records import EngineInfo, Event, FieldValue, Hit, Kind, Rollup
+from preemptdiag.model.records import (
+    EngineInfo,
+    Event,
+    FieldValue,
+    Hit,
+    Kind,
+    Rollup,
+    WrapperStamp,
+)
 from preemptdiag.model.timeparse import (
     YearTracker,
     in_range,
@@ -32,6 +41,7 @@ from preemptdiag.model.timeparse import (
 from preemptdiag.scan.rollup import map_rollup, member_time, stats_preemptions
 
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
+S = TypeVar("S", str, WrapperStamp)  # a stamp as the engine or a wrapper printed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +62,8 @@ class _SourceClock:
     last_clock: int | None = None
 
 
-def _wrapper_ts(tag: str, clock: _SourceClock, ctx: TimeContext) -> datetime | None:
-    kind, _, text = tag.partition("|")
+def _wrapper_ts(tag: WrapperStamp, clock: _SourceClock, ctx: TimeContext) -> datetime | None:
+    kind, text = tag.kind, tag.text
     if kind == "iso":
         return parse_iso(text)
     if kind == "sql":
@@ -103,7 +113,7 @@ def _base_year(hits: Sequence[Hit], mtime: datetime | None, ctx: TimeContext) ->
     if ctx.year is not None:
         return ctx.year
     for h in hits:
-        if h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|")):
+        if h.ts_wrapper and h.ts_wrapper.kind in ("iso", "sql"):
             dt = _wrapper_ts(h.ts_wrapper, _SourceClock(YearTracker(1970), None), ctx)
             if dt is not None:
                 return dt.year
@@ -141,8 +151,8 @@ def _stamp_from_context(out: list[tuple[Hit, datetime | None]], ctx: TimeContext
 
 
 def _safe(
-    parse: Callable[[str, _SourceClock, TimeContext], datetime | None],
-    text: str,
+    parse: Callable[[S, _SourceClock, TimeContext], datetime | None],
+    text: S,
     clock: _SourceClock,
     ctx: TimeContext,
 ) -> datetime | None:
@@ -163,7 +173,7 @@ def resolve_times(
     out: list[tuple[Hit, datetime | None]] = []
     for h in hits:
         ts = _safe(_wrapper_ts, h.ts_wrapper, clock, ctx) if h.ts_wrapper else None
-        if ts is not None and h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|")):
+        if ts is not None and h.ts_wrapper and h.ts_wrapper.kind in ("iso", "sql"):
             clock.last_date = ts
             clock.years.year = ts.year
             clock.years.last_month = ts.month
@@ -203,7 +213,7 @@ def resolve_times(
 
 
 def _has_own_year(h: Hit) -> bool:
-    return bool(h.ts_wrapper and h.ts_wrapper.startswith(("iso|", "sql|", "dmesg_t|")))
+    return bool(h.ts_wrapper and h.ts_wrapper.dated)
 
 
 def _minus_year(t: datetime) -> datetime:
