@@ -28,11 +28,12 @@ from pathlib import Path
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
 from preemptdiag.ingest.rotation import rotation_base
 from preemptdiag.model.errors import DiagError
+from preemptdiag.model.records import SYSTEM_ENGINES
 from preemptdiag.render.summary import verdict_line
 
 HOOK_PATTERN = (".log", ".txt", ".prom")
 # Lines that describe the node, the pod or the metrics, not the engine's own log.
-_NOT_ENGINE = ("system.", "k8s.", "docker.", "ray.", "prometheus.")
+_NOT_ENGINE = SYSTEM_ENGINES | {"prometheus"}
 _COMPRESSED = ("", ".gz", ".bz2", ".xz", ".zst")
 
 
@@ -70,7 +71,7 @@ def _hooked(name: str) -> bool:
 
 def _probe(path: str, analyze: Callable[[tuple[str, ...]], Outcome]) -> _Probe:
     out = analyze((path,))
-    engine = [e for e in out.events if not e.sig.startswith(_NOT_ENGINE)]
+    engine = [e for e in out.events if e.engine not in _NOT_ENGINE]
     stamps = [e.ts for e in (engine or out.events) if e.ts is not None]
     return _Probe(
         path,

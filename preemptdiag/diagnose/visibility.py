@@ -12,7 +12,7 @@ from datetime import datetime
 from preemptdiag.model.records import EngineInfo, Event, Kind, Window
 from preemptdiag.timeline.events import version_at_least
 
-_SCRAPE = "prometheus."
+_SCRAPE = "prometheus"  # the engine of an event that a /metrics scrape made
 
 CAPTURE_V1 = (
     "two /metrics scrapes during the incident, a few minutes apart "
@@ -57,8 +57,8 @@ def preemption_visibility(events: Sequence[Event], info: EngineInfo) -> Visibili
     stats = [e for e in events if e.kind is Kind.STATS]
     if any(e.fields.get("preemptions") is not None for e in stats):
         return Visibility(False, None, "stats line carries a Preemptions field")
-    logged = [e for e in events if e.kind is Kind.PREEMPTION and not e.sig.startswith(_SCRAPE)]
-    scraped = [e.ts for e in events if e.kind is Kind.PREEMPTION and e.sig.startswith(_SCRAPE)]
+    logged = [e for e in events if e.kind is Kind.PREEMPTION and e.engine != _SCRAPE]
+    scraped = [e.ts for e in events if e.kind is Kind.PREEMPTION and e.engine == _SCRAPE]
     if logged:
         return Visibility(False, None, "preemption lines present")
     if info.engine == "sglang":

@@ -109,6 +109,9 @@ class Hit:
     pod: str | None = None  # kubectl --prefix "pod/<name>/<container>"
     uptime: float | None = None  # dmesg uptime printed beside a dated stamp (boot time)
     rollup: Rollup[Hit] | None = None  # later stats lines of the same stream and minute
+    # Who printed it, from the signature: vllm, sglang, any (either engine), or the
+    # system around it (system, k8s, docker, ray).
+    engine: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,7 @@ class Event:
     lower_bound: bool = False  # the count is a lower bound (sampled warning)
     repeat: int = 1
     rollup: Rollup[Event] | None = None  # later stats lines of the same stream and minute
+    engine: str = ""  # as on the Hit; "prometheus" for a /metrics scrape
 
     @property
     def lines(self) -> int:
@@ -204,6 +208,10 @@ class Lever:
     engine: str = "vllm"
     apply: str = ""  # where the change goes (the launch command, the container spec)
     rollback: str = ""  # the previous value, and the signal that means going back
+
+
+# Signature engines that describe the node or the pod, not the serving engine.
+SYSTEM_ENGINES = frozenset({"system", "k8s", "docker", "ray"})
 
 
 @dataclass(frozen=True, slots=True)

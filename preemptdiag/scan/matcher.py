@@ -329,6 +329,7 @@ class Matcher:
                         repeat=repeat_count(text) if "[repeated" in text else 1,
                         pod=pod,
                         uptime=uptime,
+                        engine=sig.engine,
                     )
                 )
                 result.recognised[sig.family] += 1

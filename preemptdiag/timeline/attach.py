@@ -6,10 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from preemptdiag.model.records import Event
-
-SYSTEM_PREFIXES = ("system.", "k8s.", "docker.", "ray.")
-
+from preemptdiag.model.records import SYSTEM_ENGINES, Event
 
 # System evidence counts for an engine from shortly before its first line (a kill
 # of the previous instance is not this one's) to a while after its last (the log stops
@@ -24,7 +21,7 @@ def attach_system_sources(events: list[Event], notes: list[str]) -> list[Event]:
     candidates it stays apart (which replica a node kill hit cannot be told from
     the lines); outside every engine's span it is set aside with a note, so old
     evidence never drives the verdict."""
-    engine = [e for e in events if not e.sig.startswith(SYSTEM_PREFIXES)]
+    engine = [e for e in events if e.engine not in SYSTEM_ENGINES]
     spans: dict[str, tuple[datetime, datetime]] = {}
     for e in engine:
         if e.ts is not None:

@@ -369,6 +369,7 @@ def _event(
         text=h.text,
         proc=h.proc,
         replica=replica,
+        engine=h.engine,
         preemptions=n * max(h.repeat, 1),
         lower_bound=lower,
         repeat=h.repeat,
@@ -408,10 +409,8 @@ def detect_engine(events: Sequence[Event]) -> EngineInfo:
         eng = e.fields.get("engine")
         if isinstance(eng, str) and eng in ("vllm", "sglang"):
             engines[eng] += e.lines
-        elif e.sig.startswith("vllm."):
-            engines["vllm"] += e.lines
-        elif e.sig.startswith("sglang."):
-            engines["sglang"] += e.lines
+        elif e.engine in ("vllm", "sglang"):
+            engines[e.engine] += e.lines
         gen = e.fields.get("generation")
         if isinstance(gen, str) and gen in ("v0", "v1"):
             gens[gen] += e.lines

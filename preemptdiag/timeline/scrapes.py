@@ -33,6 +33,7 @@ def _scrape_event(
         text=text,
         replica=replica,
         preemptions=preemptions,
+        engine="prometheus",
     )
 
 
