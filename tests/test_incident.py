@@ -142,3 +142,29 @@ def test_check_explicit_group_and_a_missing_file(
     assert lines[-1].startswith(f"{SAMPLES / 'v0_healthy.log'}: healthy")
     assert len(lines) == 5
     assert code == 2
+
+
+def test_each_replica_reports_its_own_facts_whatever_the_filter(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = [str(SAMPLES / "v1_queueing.log"), str(SAMPLES / "v1_thrash_loop.log")]
+    _, r = analyze(capsys, *files, "--year", "2025")
+    reps = {x["replica"].rsplit("/", 1)[-1]: x for x in r["replicas"]}
+    assert set(reps) == {"v1_queueing.log", "v1_thrash_loop.log"}
+
+    def fact(rep: dict[str, Any], name: str) -> tuple[str, str]:
+        f = next(f for f in rep["facts"] if f["name"] == name)
+        return f["value"], f["source"].rsplit("/", 1)[-1]
+
+    assert fact(reps["v1_queueing.log"], "max_num_seqs") == ("64", "v1_queueing.log:3")
+    assert fact(reps["v1_thrash_loop.log"], "max_num_seqs") == ("256", "v1_thrash_loop.log:3")
+    assert fact(reps["v1_thrash_loop.log"], "kv_tokens")[0] == "215401"
+    assert reps["v1_thrash_loop.log"]["engine"]["version"] == "0.12.0"
+    assert reps["v1_thrash_loop.log"]["dated_by"] == ["--year 2025"]
+    # A window filter keeps the facts: they are the replica's, not the window's.
+    _, later = analyze(
+        capsys, str(SAMPLES / "v1_thrash_loop.log"), "--year", "2025", "--since", "14:10"
+    )
+    (rep,) = later["replicas"]
+    assert fact(rep, "max_num_seqs") == ("256", "v1_thrash_loop.log:3")
+    assert rep["start"] < "2025-12-09T14:10"

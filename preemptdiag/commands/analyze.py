@@ -20,6 +20,7 @@ from pathlib import Path
 from preemptdiag import __version__
 from preemptdiag.commands.notes import (
     alignment_notes,
+    how_dated,
     replica_notes,
     rotation_notes,
     visibility_notes,
@@ -50,6 +51,7 @@ from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
 from preemptdiag.timeline.knobs import read_facts
+from preemptdiag.timeline.replicas import replica_facts
 from preemptdiag.timeline.scrapes import placed_scrapes, scrape_events, scrape_note
 from preemptdiag.timeline.windows import build_windows
 
@@ -244,6 +246,13 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         window_seconds=opts.window_seconds,
         notes=tuple(notes),
         tool_version=__version__,
+        replicas=replica_facts(
+            unfiltered,
+            {
+                **{p.name: "scrape stamps or file time" for p in proms},
+                **{src.name: how_dated(r, opts.time) for r, src in zip(results, logs, strict=True)},
+            },
+        ),
     )
     return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
 

@@ -57,6 +57,19 @@ def visibility_notes(
     return notes
 
 
+def how_dated(r: ScanResult, time: TimeContext) -> str:
+    """How one input's stamps got their date and year."""
+    if any(h.ts_wrapper and h.ts_wrapper.dated for h in r.hits):
+        return "dated wrapper stamps"
+    if any(h.ts_engine for h in r.hits) or any(
+        h.ts_wrapper and h.ts_wrapper.kind in ("syslog", "clock") for h in r.hits
+    ):
+        return f"--year {time.year}" if time.year else "the file's modification time"
+    if any(h.ts_wrapper and h.ts_wrapper.kind == "uptime" for h in r.hits):
+        return "dmesg uptime + --boot-time" if time.boot_time else "dmesg uptime, no boot time"
+    return "no timestamps"
+
+
 def alignment_notes(
     results: Sequence[ScanResult], logs: Sequence[Source], time: TimeContext
 ) -> list[str]:
@@ -67,17 +80,12 @@ def alignment_notes(
     for r, src in zip(results, logs, strict=True):
         if not r.hits:
             continue
-        dated = any(h.ts_wrapper and h.ts_wrapper.dated for h in r.hits)
-        engine_only = any(h.ts_engine for h in r.hits)
-        uptime_only = any(h.ts_wrapper and h.ts_wrapper.kind == "uptime" for h in r.hits)
-        if dated:
+        how = how_dated(r, time)
+        if how == "dated wrapper stamps" or how == "dmesg uptime + --boot-time":
             continue
-        if engine_only or any(
-            h.ts_wrapper and h.ts_wrapper.kind in ("syslog", "clock") for h in r.hits
-        ):
-            how = f"--year {time.year}" if time.year else "the file's modification time"
+        if how.startswith(("--year", "the file")):
             guessed.append(f"{src.name} (year/date from {how})")
-        elif uptime_only and time.boot_time is None:
+        elif how.startswith("dmesg uptime"):
             out.append(
                 f"{src.name}: dmesg uptime stamps need --boot-time (or a journald line "
                 "with both stamps); placed by file order only"

@@ -233,6 +233,28 @@ class ScanStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Fact:
+    """One configuration or capacity value of a replica, with the line that shows it."""
+
+    name: str  # e.g. "max_num_seqs", "kv_tokens"
+    value: str
+    source: str  # file:line
+    how: str = ""  # how a derived value was worked out (e.g. "# GPU blocks x block size")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFacts:
+    """What one engine instance is, independent of --since/--until."""
+
+    replica: str
+    engine: EngineInfo
+    start: datetime | None
+    end: datetime | None
+    dated_by: tuple[str, ...]  # how its sources' clocks were dated
+    facts: tuple[Fact, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """Everything a renderer needs; renderers are pure functions of this."""
 
@@ -245,3 +267,4 @@ class Report:
     window_seconds: int
     notes: tuple[str, ...] = field(default=())
     tool_version: str = ""
+    replicas: tuple[ReplicaFacts, ...] = field(default=())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from preemptdiag.model.records import Class, Event, Report, Verdict, Window
+from preemptdiag.model.records import Class, Event, ReplicaFacts, Report, Verdict, Window
 
 NO_EVIDENCE = "no vLLM evidence found"
 FILTERED_OUT = "no event in the --since/--until range"
@@ -426,3 +426,23 @@ def timeline(report: Report) -> Timeline:
             rows.append(Row(cells(item), item.cls))
             shown.append(item)
     return Timeline(tuple(cols), tuple(rows), date, omitted, tuple(shown))
+
+
+_FACT_NAMES = ("max_num_seqs", "max_running_requests", "max_model_len", "kv_tokens")
+
+
+def replica_line(r: ReplicaFacts) -> str:
+    """One replica in a line: engine and version, span, how it was dated, and the facts
+    the levers size from (each with the line that shows it)."""
+    e = r.engine
+    engine = " ".join(x for x in (e.engine, e.generation, e.version) if x)
+    span = (
+        f"{r.start:%Y-%m-%d %H:%M}–{r.end:%H:%M}"
+        if r.start is not None and r.end is not None
+        else "no timestamps"
+    )
+    facts = ", ".join(
+        f"{f.name}={f.value} [{f.source}]" for f in r.facts if f.name in _FACT_NAMES and f.source
+    )
+    dated = "; ".join(r.dated_by) or "not dated"
+    return f"{r.replica}: {engine}, {span} (dated by {dated})" + (f"; {facts}" if facts else "")

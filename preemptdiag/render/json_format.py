@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from preemptdiag.model.records import Event, Lever, Report, ScanStats, Verdict, Window
+from preemptdiag.model.records import Event, Lever, ReplicaFacts, Report, ScanStats, Verdict, Window
 from preemptdiag.render import common
 
 SCHEMA = "preemptdiag/report"
@@ -137,6 +137,21 @@ def scan_dict(s: ScanStats) -> dict[str, JSONValue]:
     }
 
 
+def replica_dict(r: ReplicaFacts) -> dict[str, JSONValue]:
+    e = r.engine
+    return {
+        "replica": r.replica,
+        "engine": {"engine": e.engine, "generation": e.generation, "version": e.version},
+        "start": r.start.isoformat() if r.start else None,
+        "end": r.end.isoformat() if r.end else None,
+        "dated_by": list(r.dated_by),
+        "facts": [
+            {"name": f.name, "value": f.value, "source": f.source, "how": f.how or None}
+            for f in r.facts
+        ],
+    }
+
+
 def report_dict(report: Report, with_windows: bool = True) -> dict[str, JSONValue]:
     e = report.engine
     return {
@@ -152,6 +167,7 @@ def report_dict(report: Report, with_windows: bool = True) -> dict[str, JSONValu
         "thresholds": {str(k): jsonable(v) for k, v in report.thresholds.items()},
         "window_seconds": report.window_seconds,
         "notes": list(report.notes),
+        "replicas": [replica_dict(r) for r in report.replicas],
     }
 
 

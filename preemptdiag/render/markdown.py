@@ -171,6 +171,7 @@ def _footer(report: Report) -> list[str]:
         f"- **thresholds:** {common.fmt_mapping(report.thresholds, sort=False)}",
         f"- **tool version:** {report.tool_version or common.EMPTY}",
     ]
+    out += [f"- **replica:** {common.replica_line(r)}" for r in report.replicas]
     out += [f"- **note:** {n}" for n in report.notes]
     return out
 

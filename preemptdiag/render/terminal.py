@@ -145,6 +145,7 @@ def _footer(console: Console, report: Report) -> None:
         ("thresholds", common.fmt_mapping(report.thresholds, sort=False)),
         ("tool version", report.tool_version or common.EMPTY),
     ]
+    rows += [("replica", common.replica_line(r)) for r in report.replicas]
     rows += [("note", n) for n in report.notes]
     console.print(_fields(rows, style="dim"))
 

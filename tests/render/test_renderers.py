@@ -471,6 +471,7 @@ def test_json_structure_and_verdict_fields() -> None:
         "thresholds",
         "window_seconds",
         "notes",
+        "replicas",
     ]
     assert doc["schema"] == "preemptdiag/report" and doc["schema_version"] == 1
     v = doc["verdict"]
