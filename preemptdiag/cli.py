@@ -298,7 +298,8 @@ def compare(
 ) -> None:
     """Before/after a change: improved, not fixed, regressed, moved into queueing, or inconclusive."""
     from preemptdiag.commands.compare import compare as do_compare
-    from preemptdiag.commands.compare import exit_code, render_compare
+    from preemptdiag.commands.compare import exit_code
+    from preemptdiag.render.compare import render_compare
 
     if fmt not in ("terminal", "markdown", "json"):
         raise DiagError(f"unknown --format {fmt!r} for compare (terminal, markdown, json)")

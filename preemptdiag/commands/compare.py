@@ -8,56 +8,13 @@ admission queue.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
-from preemptdiag.model.records import Event, Kind
+from preemptdiag.model.records import Change, Comparison, Event, Kind, Side
 from preemptdiag.scan.rollup import AGG_FIELDS, number
 from preemptdiag.timeline.knobs import read_facts
-
-
-class Change(StrEnum):
-    IMPROVED = "improved"
-    REGRESSED = "regressed"
-    MOVED_TO_QUEUEING = "moved_to_queueing"
-    NOT_FIXED = "not_fixed"  # fewer preemptions, but the after side still fails
-    INCONCLUSIVE = "inconclusive"
-
-
-@dataclass(frozen=True, slots=True)
-class Side:
-    files: tuple[str, ...]
-    verdict: str
-    minutes: float | None
-    preemptions: float
-    preemptions_per_min: float | None
-    kv_mean: float | None
-    kv_max: float | None
-    waiting_mean: float | None
-    waiting_max: int | None
-    prompt_tput: float | None
-    gen_tput: float | None
-    completed: float | None
-    knobs: dict[str, str]
-    suspected: bool = False  # the log cannot show preemptions (V1 without scrapes)
-
-    @property
-    def completed_per_min(self) -> float | None:
-        if self.completed is None or not self.minutes:
-            return None
-        return self.completed / self.minutes
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    before: Side
-    after: Side
-    changed_knobs: dict[str, tuple[str | None, str | None]]
-    change: Change
-    why: str
 
 
 class _Values:
@@ -189,75 +146,6 @@ def compare(before: Sequence[str], after: Sequence[str], opts: Options) -> Compa
     if len(changed) > 1:
         why += f" (note: {len(changed)} knobs changed; one change per experiment)"
     return Comparison(before=b, after=a, changed_knobs=changed, change=change, why=why)
-
-
-_ROWS: tuple[tuple[str, str], ...] = (
-    ("verdict", "verdict"),
-    ("minutes of log", "minutes"),
-    ("preemptions", "preemptions"),
-    ("preemptions / min", "preemptions_per_min"),
-    ("KV usage mean %", "kv_mean"),
-    ("KV usage max %", "kv_max"),
-    ("Waiting mean", "waiting_mean"),
-    ("Waiting max", "waiting_max"),
-    ("prompt tok/s", "prompt_tput"),
-    ("generation tok/s", "gen_tput"),
-    ("completed requests", "completed"),
-    ("completed / min", "completed_per_min"),
-)
-
-
-def _side_dict(side: Side) -> dict[str, object]:
-    out: dict[str, object] = asdict(side)
-    per_min = side.completed_per_min
-    out["completed_per_min"] = round(per_min, 2) if per_min is not None else None
-    return out
-
-
-def _cell(v: object) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return str(v)
-
-
-def render_compare(c: Comparison, fmt: str) -> str:
-    if fmt == "json":
-        data = {
-            "schema": "preemptdiag/compare",
-            "schema_version": 1,
-            "change": c.change.value,
-            "why": c.why,
-            "changed_knobs": {
-                k: {"before": v[0], "after": v[1]} for k, v in c.changed_knobs.items()
-            },
-            "before": _side_dict(c.before),
-            "after": _side_dict(c.after),
-        }
-        return json.dumps(data, indent=2)
-    knobs = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in c.changed_knobs.items()) or "none seen"
-    rows = [
-        (label, _cell(getattr(c.before, attr)), _cell(getattr(c.after, attr)))
-        for label, attr in _ROWS
-    ]
-    if fmt == "markdown":
-        out = [
-            f"### preemptdiag compare: {c.change.value}",
-            "",
-            f"- **why:** {c.why}",
-            f"- **knob changed:** {knobs}",
-            "",
-            "| | before | after |",
-            "|---|---:|---:|",
-        ]
-        out += [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
-        return "\n".join(out) + "\n"
-    width = max(len(r[0]) for r in rows)
-    out = [f"compare: {c.change.value.upper()}", f"  why: {c.why}", f"  knob changed: {knobs}", ""]
-    out.append(f"  {'':<{width}}  {'before':>14}  {'after':>14}")
-    out += [f"  {r[0]:<{width}}  {r[1]:>14}  {r[2]:>14}" for r in rows]
-    return "\n".join(out) + "\n"
 
 
 def exit_code(c: Comparison) -> int:

@@ -268,3 +268,47 @@ class Report:
     notes: tuple[str, ...] = field(default=())
     tool_version: str = ""
     replicas: tuple[ReplicaFacts, ...] = field(default=())
+
+
+# --- compare: one change, before and after -----------------------------------------
+
+
+class Change(StrEnum):
+    IMPROVED = "improved"
+    REGRESSED = "regressed"
+    MOVED_TO_QUEUEING = "moved_to_queueing"
+    NOT_FIXED = "not_fixed"  # fewer preemptions, but the after side still fails
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    files: tuple[str, ...]
+    verdict: str
+    minutes: float | None
+    preemptions: float
+    preemptions_per_min: float | None
+    kv_mean: float | None
+    kv_max: float | None
+    waiting_mean: float | None
+    waiting_max: int | None
+    prompt_tput: float | None
+    gen_tput: float | None
+    completed: float | None
+    knobs: dict[str, str]
+    suspected: bool = False  # the log cannot show preemptions (V1 without scrapes)
+
+    @property
+    def completed_per_min(self) -> float | None:
+        if self.completed is None or not self.minutes:
+            return None
+        return self.completed / self.minutes
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    before: Side
+    after: Side
+    changed_knobs: dict[str, tuple[str | None, str | None]]
+    change: Change
+    why: str
