@@ -1,0 +1,38 @@
+"""commands.compare: the judgement of one change from two Sides."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from preemptdiag.commands.compare import _judge
+from preemptdiag.model.records import Change, Side
+
+BASE = Side(
+    files=("x",), verdict="thrash_loop", minutes=5.0, preemptions=1000.0,
+    preemptions_per_min=200.0, kv_mean=99.0, kv_max=100.0, waiting_mean=50.0,
+    waiting_max=90, prompt_tput=100.0, gen_tput=2000.0, completed=500.0, knobs={},
+)  # fmt: skip
+
+
+def test_fewer_preemptions_but_still_thrashing_is_not_fixed() -> None:
+    after = replace(BASE, preemptions_per_min=60.0, completed=400.0)
+    change, why = _judge(BASE, after)
+    assert change is Change.NOT_FIXED
+    assert why.startswith("preemptions 200/min -> 60/min, but the after side is still thrash_loop")
+
+
+def test_no_preemption_with_throughput_held_is_improved() -> None:
+    after = replace(BASE, verdict="queueing", preemptions_per_min=0.0, completed=520.0)
+    assert _judge(BASE, after)[0] is Change.IMPROVED
+
+
+def test_no_preemption_but_fewer_requests_done_is_inconclusive() -> None:
+    after = replace(BASE, verdict="queueing", preemptions_per_min=0.0, completed=300.0)
+    change, why = _judge(BASE, after)
+    assert change is Change.INCONCLUSIVE and "completed requests per minute fell too" in why
+
+
+def test_a_side_that_cannot_show_preemptions_is_inconclusive() -> None:
+    blind = replace(BASE, verdict="insufficient_evidence", suspected=True, preemptions_per_min=0.0)
+    change, why = _judge(blind, replace(BASE, verdict="queueing", preemptions_per_min=0.0))
+    assert change is Change.INCONCLUSIVE and why.startswith("the before side cannot show")
