@@ -241,3 +241,12 @@ def test_the_fix_is_not_called_improved_while_fewer_requests_complete(
     assert c["before"]["preemptions"] == 1982 and c["after"]["preemptions"] == 0
     assert "fell too" in c["why"]
     assert c["after"]["completed_per_min"] < c["before"]["completed_per_min"]
+
+
+def test_scrape_evidence_cites_the_counters_own_line(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("thrash_loop", True))
+    scraped = [e for e in report["verdict"]["evidence"] if e["file"].endswith(".prom")]
+    assert scraped
+    for e in scraped:
+        lines = Path(e["file"]).read_text(encoding="utf-8").splitlines()
+        assert lines[e["line"] - 1].startswith("vllm:num_preemptions_total{")

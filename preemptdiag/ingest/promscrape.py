@@ -14,7 +14,7 @@ import math
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -130,6 +130,8 @@ class Scrape:
     ts: datetime | None
     engine: str  # "vllm" | "sglang" | "unknown"
     values: Mapping[str, float] = field(hash=False)
+    # quantity -> line of the file holding the sample it was read from (evidence cites it)
+    lines: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -169,14 +171,49 @@ def parse_scrapes(text: str, source: str, default_ts: datetime | None) -> list[S
     scrapes: list[Scrape] = []
     for first_line, marker_ts, block in _blocks(text, source):
         samples = _parse_block(block, source, first_line)
-        for group in _split_repeats(samples):
+        where = _sample_lines(block, first_line)
+        for gi, group in enumerate(_split_repeats(samples)):
             stamps = [s.ts for s in group if s.ts is not None]
             if stamps:
                 ts: datetime | None = datetime.fromtimestamp(max(stamps), tz=UTC)
             else:
                 ts = marker_ts or default_ts
-            scrapes.append(_reduce(group, source, ts))
+            scrape = _reduce(group, source, ts)
+            lines = {
+                key: where[name][min(gi, len(where[name]) - 1)]
+                for key, name in _used_names(group).items()
+                if where.get(name)
+            }
+            scrapes.append(replace(scrape, lines=lines))
     return scrapes
+
+
+def _sample_lines(block: str, first_line: int) -> dict[str, list[int]]:
+    """Metric name -> the lines of the block where a sample of it starts a series
+    (one per repeat of the scrape in the block)."""
+    out: dict[str, list[int]] = {}
+    last: str | None = None
+    for i, raw in enumerate(block.splitlines()):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            last = None
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name != last:
+            out.setdefault(name, []).append(first_line + i)
+        last = name
+    return out
+
+
+def _used_names(samples: Sequence[_Sample]) -> dict[str, str]:
+    """Quantity -> the metric name _reduce read it from."""
+    present = {s.name for s in samples}
+    out: dict[str, str] = {}
+    for key, _how, names, _scale in _QUANTITIES:
+        name = next((n for n in names if n in present), None)
+        if name is not None:
+            out[key] = name
+    return out
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

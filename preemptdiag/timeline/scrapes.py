@@ -22,10 +22,12 @@ def _scrape_event(
     fields: dict[str, FieldValue],
     text: str,
     preemptions: int = 0,
+    quantity: str = "",
 ) -> Event:
     return Event(
         source=s.source,
-        line=1,
+        # The line of the sample itself, so evidence and arithmetic cite it.
+        line=s.lines.get(quantity, 1),
         sig=sig,
         kind=kind,
         ts=s.ts,
@@ -58,6 +60,9 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
                 Kind.STATS,
                 gauges,
                 f"/metrics scrape {s.source} (gauges)",
+                quantity=next(
+                    (q for q in ("kv_usage_perc", "running", "waiting") if q in s.lines), ""
+                ),
             )
         )
         done = v.get("request_success_total")
@@ -70,6 +75,7 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
                     Kind.CONTEXT,
                     {"value": done},
                     f"vllm:request_success_total = {done:g}",
+                    quantity="request_success_total",
                 )
             )
         total = v.get("preemptions_total")
@@ -87,6 +93,7 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
                 {"cumulative": int(total), "mode": "RECOMPUTE", "scrape": i},
                 f"{name} = {total:g} (scrape {i + 1})",
                 round(delta),
+                quantity="preemptions_total",
             )
         )
     return out
