@@ -23,6 +23,7 @@ from preemptdiag.commands.notes import (
     how_dated,
     replica_notes,
     rotation_notes,
+    spread_notes,
     visibility_notes,
 )
 from preemptdiag.diagnose.advice import choose_lever
@@ -235,6 +236,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     notes.extend(visibility_notes(events, results, v, vis.reason, info.generation))
     notes.extend(alignment_notes(results, logs, opts.time))
     notes.extend(replica_notes(windows, opts.fail_on))
+    notes.extend(spread_notes(windows))
     stats = _scan_stats(results, logs, proms)
     report = Report(
         verdict=v,

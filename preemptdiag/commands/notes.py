@@ -105,6 +105,18 @@ def alignment_notes(
     return out
 
 
+def spread_notes(windows: Sequence[Window]) -> list[str]:
+    """Say when per-window counts are estimates (a sampled counter's delta spread)."""
+    spread = [w.preemptions_spread_over for w in windows if w.preemptions_spread_over]
+    if not spread:
+        return []
+    return [
+        "preemption counts marked ~ are estimates: a counter's delta between two V0 "
+        f"warnings or two scrapes, spread evenly over the windows with KV pinned between "
+        f"them (up to {max(spread)} windows); only their sum is measured"
+    ]
+
+
 def replica_notes(windows: Sequence[Window], fail_on: Sequence[Class]) -> list[str]:
     firsts: dict[str, Window] = {}
     for w in windows:

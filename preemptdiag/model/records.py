@@ -173,6 +173,9 @@ class Window:
     why: str = ""
     kv_peak_running: int | None = None  # fewest Running on a stats line at the highest KV
     waiting_share: float | None = None  # fraction of stats lines with Waiting > 0
+    # Set when `preemptions` is a share of a sampled counter's delta (V0 warnings, two
+    # scrapes) spread over this many windows: an estimate, not a measurement.
+    preemptions_spread_over: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

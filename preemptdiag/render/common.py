@@ -105,7 +105,9 @@ def round_count(x: float) -> int:
 
 
 def fmt_preemptions(w: Window) -> str:
-    return f"{round_count(w.preemptions)}{'+' if w.preemptions_lower_bound else ''}"
+    """`+`: a lower bound; `~`: a share of a counter's delta spread over windows."""
+    spread = "~" if w.preemptions_spread_over and w.preemptions else ""
+    return f"{spread}{round_count(w.preemptions)}{'+' if w.preemptions_lower_bound else ''}"
 
 
 def fmt_bytes(n: int) -> str:

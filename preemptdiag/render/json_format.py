@@ -98,6 +98,7 @@ def window_dict(w: Window) -> dict[str, JSONValue]:
         "why": w.why,
         "preemptions": f(w.preemptions),
         "preemptions_lower_bound": w.preemptions_lower_bound,
+        "preemptions_spread_over": w.preemptions_spread_over,
         "max_cumulative": w.max_cumulative,
         "kv_max": f(w.kv_max),
         "kv_mean": f(w.kv_mean),

@@ -5,6 +5,7 @@ Polars holds the (small) events table, never raw lines (design.md section 5).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -226,7 +227,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         )
         .sort(["replica", "wstart"], nulls_last=True)
     )
-    spread = _spread_counter_deltas(events, agg, seconds, thr)
+    spread, spread_over = _spread_counter_deltas(events, agg, seconds, thr)
     windows: list[Window] = []
     for r in agg.iter_rows(named=True):
         key = (r["replica"], r["wstart"])
@@ -240,6 +241,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
                 n_events=r["n_events"],
                 n_stats=r["n_stats"],
                 preemptions=round(spread.get(key, r["preemptions"]), 2),
+                preemptions_spread_over=spread_over.get(key),
                 preemptions_lower_bound=bool(r["lower"]),
                 max_cumulative=r["max_cum"],
                 kv_max=r["kv_max"],
@@ -268,13 +270,15 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
 
 def _spread_counter_deltas(
     events: Sequence[Event], agg: pl.DataFrame, seconds: int, thr: Thresholds
-) -> dict[tuple[str, int | None], float]:
+) -> tuple[dict[tuple[str, int | None], float], dict[tuple[str, int | None], int]]:
     """Spread a V0 counter delta over the windows between two warnings.
 
     Warnings are sampled (#1, #51, ...), so the 50 preemptions between two of them
     happened somewhere in between; preemption needs an exhausted pool, so they go to
     the windows in that span whose KV usage was at the pressure threshold. With no
-    such window the delta stays where the warning was printed.
+    such window the delta stays where the warning was printed. Also returns, per
+    window that received a share, over how many windows its delta was spread (the
+    count there is an estimate, not a measurement).
     """
     totals: dict[tuple[str, int | None], float] = {
         (r["replica"], r["wstart"]): r["preemptions"] for r in agg.iter_rows(named=True)
@@ -285,6 +289,9 @@ def _spread_counter_deltas(
     for key in totals:
         if key[1] is not None:
             by_replica[key[0]].append(key[1])
+    for starts in by_replica.values():
+        starts.sort()  # bisected below: each warning looks only at its own span
+    spread_over: dict[tuple[str, int | None], int] = {}
     for e in events:
         if e.kind is not Kind.PREEMPTION or not isinstance(e.fields.get("cumulative"), int):
             continue
@@ -299,10 +306,10 @@ def _spread_counter_deltas(
         hi = own[1]
         if lo is None or hi is None:
             continue
+        starts = by_replica[e.replica]
+        span = starts[bisect_left(starts, lo) : bisect_right(starts, hi)]
         targets = [
-            w
-            for w in by_replica[e.replica]
-            if lo <= w <= hi and (kv_by_window.get((e.replica, w)) or 0.0) >= thr.kv_pressure_pct
+            w for w in span if (kv_by_window.get((e.replica, w)) or 0.0) >= thr.kv_pressure_pct
         ]
         if len(targets) <= 1:
             continue
@@ -310,7 +317,9 @@ def _spread_counter_deltas(
         share = e.preemptions / len(targets)
         for w in targets:
             totals[(e.replica, w)] += share
-    return totals
+            key = (e.replica, w)
+            spread_over[key] = max(spread_over.get(key, 0), len(targets))
+    return totals, spread_over
 
 
 _EVIDENCE_ORDER = {

@@ -52,3 +52,13 @@ def test_a_v0_counter_delta_is_spread_over_the_pinned_windows_between_warnings()
     per_minute = {w.start.minute: w.preemptions for w in ws if w.start}
     assert per_minute[2] == 0
     assert round(sum(per_minute.values())) == 51
+
+
+def test_a_spread_count_says_over_how_many_windows() -> None:
+    warn = replace(make_event(Kind.PREEMPTION, {"cumulative": 1}, minute=0), preemptions=1)
+    later = replace(make_event(Kind.PREEMPTION, {"cumulative": 51}, minute=2), preemptions=50)
+    events = [warn, _stats(0, 99.0, 50, 1), _stats(1, 99.0, 50, 2), later, _stats(2, 99.0, 50, 3)]
+    events = [replace(e, replica="a") for e in events]  # type: ignore[type-var]
+    ws = build_windows(events, 60, Thresholds())  # type: ignore[arg-type]
+    assert [w.preemptions_spread_over for w in ws] == [3, 3, 3]
+    assert [w.preemptions for w in ws] == [17.67, 16.67, 16.67]  # 1 + 50/3, 50/3, 50/3
