@@ -1,8 +1,8 @@
 """Safe to paste: no credential or prompt text in the evidence reaches any output.
 
 The fixtures put secrets on the very lines that become evidence (preemption warnings,
-the hottest stats lines, the CUDA OOM line), inside the first 200 characters the
-terminal and Markdown show and after them where only JSON and SARIF reach.
+the hottest stats lines, the CUDA OOM line), inside what the terminal and Markdown show
+of a long line (its head and its proof) and beyond it, where only JSON and SARIF reach.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ SECRETS = (
 # scenario file -> (verdict class, text of the evidence that must survive redaction)
 SCENARIOS = {
     "v0_thrash_loop.log": ("thrash_loop", "is preempted by PreemptionMode.RECOMPUTE"),
-    # The OOM message itself starts past the 200 characters terminal/Markdown show.
-    "v0_cuda_oom.log": ("allocation_failure", "Engine background loop failed for chat-77c0e1d2"),
+    # The OOM error sits past the first 200 characters; terminal/Markdown keep it in view.
+    "v0_cuda_oom.log": ("allocation_failure", "OutOfMemoryError: CUDA out of memory."),
 }
 FORMATS = ("terminal", "markdown", "json", "sarif")
 

@@ -8,6 +8,7 @@ renderer only decides how to lay them out.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -185,8 +186,77 @@ def clean_text(text: str) -> str:
     )
 
 
+# Parts of a long evidence line that prove nothing, dropped first: the logger's
+# `[file.py:123] `, cache hit rates.
+_FILLER = (
+    re.compile(r"\[[\w./-]{1,60}:\d{1,6}\] "),
+    re.compile(r", (?:External )?[Pp]refix cache hit rate: [\d.]+%"),
+    re.compile(r", MM cache hit rate: [\d.]+%"),
+)
+
+
+# Where the proof starts on the lines evidence shows: the fields of a stats line, the
+# error of a failure line, the victim of a kill. The earliest one present is kept in
+# view when a line must be shortened.
+_PROOF = (
+    "Running: ",
+    "#running-req",
+    "Sequence group ",
+    "is preempted",
+    "Retract",
+    "OutOfMemoryError",
+    "out of memory",
+    "Out of memory",
+    "Killed process",
+    "ValueError: ",
+    "RuntimeError: ",
+    "EngineDeadError",
+    "OOMKilled",
+    "Exit Code",
+)
+
+
+_KEY_TAILS = ("total_num_cumulative_preemption=", "total_cumulative_preemption_cnt=")
+
+
 def truncate(text: str, limit: int = EVIDENCE_MAX_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Fit a line to `limit` without hiding its proof: drop filler (the logger's
+    `[file.py:123] `, cache hit rates), then keep the head (its stamp) and, from where
+    the proof starts (Running/Preemptions/KV usage, the error, the killed process), as
+    much as fits. Cuts fall on spaces, so no token is split."""
+    if len(text) <= limit:
+        return text
+    for rx in _FILLER:
+        text = rx.sub("", text)
+        if len(text) <= limit:
+            return text
+    at = min((i for i in (text.find(p) for p in _PROOF) if i != -1), default=-1)
+    if at == -1:
+        return _head(text, limit - 1) + "…"
+    proof = text[at:]
+    room = limit - len(proof) - 3  # what the head may take beside the whole proof
+    if room >= 20:
+        if room >= at:
+            return text  # unreachable after the length check; kept for clarity
+        return f"{_head(text[:at], room)} … {proof}"
+    head = _head(text[:at], min(at, limit // 5))
+    # A counter at the very end (V0's cumulative preemptions) is the proof's point.
+    key = max(text.rfind(k) for k in _KEY_TAILS)
+    if key > at:
+        end = text[key:]
+        room = limit - len(head) - len(end) - 6
+        if room >= 20:
+            return f"{head} … {_head(proof, room)} … {end}"
+    rest = _head(proof, limit - len(head) - 5)
+    return f"{head} … {rest} …"
+
+
+def _head(text: str, n: int) -> str:
+    """The first `n` characters, cut back to a space when one is near (a long token,
+    already redacted, is cut where it must be rather than dropped whole)."""
+    cut = text[:n]
+    space = cut.rfind(" ")
+    return cut[:space] if len(text) > n and space > n // 2 else cut
 
 
 def location(e: Event) -> str:

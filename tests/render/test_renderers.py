@@ -612,3 +612,29 @@ def test_json_windows_streamed_into_the_text_are_plain_json_dumps(make: Any) -> 
 
     r = make()
     assert render(r, Format.JSON) == json.dumps(report_dict(r), indent=2) + "\n"
+
+
+def test_a_long_evidence_line_keeps_its_proof_in_view() -> None:
+    from preemptdiag.render.common import truncate
+
+    stats = (
+        "(APIServer pid=1) INFO 12-09 14:06:30 [loggers.py:236] Engine 000: Avg prompt "
+        "throughput: 942.3 tokens/s, Avg generation throughput: 1309.0 tokens/s, Running: 87 "
+        "reqs, Waiting: 20 reqs, Preemptions: 28, GPU KV cache usage: 99.9%, Prefix cache hit "
+        "rate: 12.8%, External prefix cache hit rate: 3.0%"
+    )
+    short = truncate(stats, 150)
+    assert len(short) <= 150
+    assert short.endswith(
+        "Running: 87 reqs, Waiting: 20 reqs, Preemptions: 28, GPU KV cache usage: 99.9%"
+    )
+    assert short.startswith("(APIServer pid=1) INFO 12-09 14:06:30")
+    warn = (
+        "WARNING 11-04 16:05:21 scheduler.py:1481] Sequence group chat-1e26 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can "
+        "affect the end-to-end performance. Increase gpu_memory_utilization or "
+        "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51"
+    )
+    cut = truncate(warn, 160)
+    assert len(cut) <= 160 and cut.endswith("… total_num_cumulative_preemption=51")
+    assert "Sequence group chat-1e26 is preempted" in cut
