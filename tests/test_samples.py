@@ -149,3 +149,13 @@ def test_fail_on_changes_the_exit_code(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["analyze", "-q", "--fail-on", "queueing", str(SAMPLES / "v1_queueing.log")]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("thrash_loop [high]")
+
+
+def test_cuda_oom_arithmetic_uses_the_oom_lines_own_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, report = analyze(capsys, str(SAMPLES / "v1_cuda_oom.log"))
+    math = report["lever"]["arithmetic"]
+    # 2.00 GiB tried, 1.21 GiB free, 79.19 GiB total: 0.79 short; 0.05 x 79.19 = 3.96 freed.
+    assert "2.00 GiB tried - 1.21 GiB free = 0.79 GiB short" in math[1]
+    assert math[2] == "0.05 x 79.19 GiB total = 3.96 GiB freed for activations (enough)"

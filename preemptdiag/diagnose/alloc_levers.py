@@ -117,6 +117,7 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
             arithmetic=(
                 f"{cur_util:.2f} > 0.90: step back to 0.90, the last value that leaves "
                 "headroom for activations, CUDA graphs and NCCL buffers",
+                *_oom_sums(f, cur_util - 0.90),
             ),
             verify="no CUDA OOM under the same load; `GPU KV cache size` smaller but non-zero",
             do_not="do not lower --max-num-seqs as well in the same run",
@@ -138,6 +139,27 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
         engine=engine,
     )
+
+
+def _oom_sums(f: Mapping[str, FieldValue], step: float) -> tuple[str, ...]:
+    """The OOM line's own figures: the shortfall, and whether the step frees it."""
+    tried, free, total = f.get("tried"), f.get("free"), f.get("total")
+    if not (isinstance(tried, int) and isinstance(free, int)):
+        return ()
+    gib = 1024**3
+    short = tried - free
+    lines = [
+        f"the allocation that failed: {tried / gib:.2f} GiB tried - {free / gib:.2f} GiB free "
+        f"= {short / gib:.2f} GiB short"
+    ]
+    if isinstance(total, int) and step > 0:
+        freed = step * total
+        enough = "enough" if freed >= short else "NOT enough: lower the load that triggered it"
+        lines.append(
+            f"{step:.2f} x {total / gib:.2f} GiB total = {freed / gib:.2f} GiB freed for "
+            f"activations ({enough})"
+        )
+    return tuple(lines)
 
 
 def _num(f: Mapping[str, FieldValue], key: str) -> float | None:
