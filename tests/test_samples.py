@@ -159,3 +159,12 @@ def test_cuda_oom_arithmetic_uses_the_oom_lines_own_figures(
     # 2.00 GiB tried, 1.21 GiB free, 79.19 GiB total: 0.79 short; 0.05 x 79.19 = 3.96 freed.
     assert "2.00 GiB tried - 1.21 GiB free = 0.79 GiB short" in math[1]
     assert math[2] == "0.05 x 79.19 GiB total = 3.96 GiB freed for activations (enough)"
+
+
+def test_reprefill_ratio_is_v0_thrash_evidence_only(capsys: pytest.CaptureFixture[str]) -> None:
+    _, v0 = analyze(capsys, str(SAMPLES / "v0_thrash_loop.log"))
+    assert v0["verdict"]["why"].endswith(
+        "; prompt tok/s 6.1x generation (re-prefill of preempted requests)"
+    )
+    _, v1 = analyze(capsys, str(SAMPLES / "v1_thrash_loop.log"))
+    assert "re-prefill" not in v1["verdict"]["why"]  # V1 counts each prompt once

@@ -224,6 +224,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         opts.thresholds,
         vis,
         opts.window_seconds,
+        info.generation,
     )
     v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
     if not windows and unfiltered:

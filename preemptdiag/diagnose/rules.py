@@ -73,8 +73,25 @@ def _thrash_reason(run: Sequence[Window], thr: Thresholds, seconds: int) -> str 
     return None
 
 
+def _reprefill(run: Sequence[Window], thr: Thresholds) -> str:
+    """V0 counts recomputed prompts in its prompt throughput, so prompt tok/s far above
+    generation tok/s in a loop is the re-prefill the preemption costs (V1 counts each
+    prompt once: there the ratio says nothing)."""
+    pairs = [(w.prompt_tput, w.gen_tput) for w in run if w.prompt_tput and w.gen_tput]
+    if not pairs:
+        return ""
+    ratio = sum(p for p, _ in pairs) / sum(g for _, g in pairs)
+    if ratio < thr.reprefill_ratio:
+        return ""
+    return f"; prompt tok/s {ratio:.1f}x generation (re-prefill of preempted requests)"
+
+
 def classify(
-    windows: Sequence[Window], thr: Thresholds, vis: Visibility, seconds: int
+    windows: Sequence[Window],
+    thr: Thresholds,
+    vis: Visibility,
+    seconds: int,
+    generation: str | None = None,
 ) -> list[Window]:
     out = [classify_window(w, thr, vis) for w in windows]
     result: list[Window] = []
@@ -95,6 +112,8 @@ def classify(
                 j += 1
             run = ws[i:j]
             reason = _thrash_reason(run, thr, seconds)
+            if reason is not None and generation == "v0":
+                reason += _reprefill(run, thr)
             for w in run:
                 if reason is None:
                     result.append(w)
