@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 from rich import box
 from rich.console import Console
@@ -58,9 +59,23 @@ def _verdict(console: Console, report: Report) -> None:
 
 
 def _timeline(console: Console, report: Report, width: int) -> None:
+    names = common.replicas(report.windows)
+    if len(names) <= 1:
+        _timeline_of(console, report, width, None)
+        return
+    # One table per replica: a replica column would squeeze every number at 80-100
+    # columns ("thrash_lo…", "126…").
+    for name in names:
+        own = replace(report, windows=tuple(w for w in report.windows if w.replica == name))
+        _timeline_of(console, own, width, name)
+
+
+def _timeline_of(console: Console, report: Report, width: int, replica: str | None) -> None:
     tl = common.timeline(report)
     title = f"Timeline — {report.window_seconds} s windows, "
     title += f"{tl.date} (UTC)" if tl.date else "times in UTC"
+    if replica is not None:
+        title += f" — {replica}"
     console.print()
     console.print(Text(title, style="bold underline"))
     if not tl.rows:
