@@ -336,12 +336,20 @@ def budget(
         list[str] | None,
         typer.Option("--from-log", help="Take KV tokens from this log's start-up lines."),
     ] = None,
+    tensor_parallel: Annotated[
+        int,
+        typer.Option(
+            "--tensor-parallel", "--tp", help="Ranks; --pool-gib is then one rank's KV memory."
+        ),
+    ] = 1,
 ) -> None:
     """KV budget: bytes per token, max live tokens, sustainable concurrency, --max-num-seqs."""
     from preemptdiag.diagnose import budget as b
 
     if not 0 < headroom <= 1:
         raise DiagError("--headroom must be in (0, 1]")
+    if tensor_parallel < 1:
+        raise DiagError("--tensor-parallel must be at least 1")
     if from_log:
         from preemptdiag.commands.analyze import Options, run_analysis
         from preemptdiag.timeline.knobs import read_facts
@@ -374,6 +382,7 @@ def budget(
                 prompt_p95=prompt_p95,
                 output_p95=output_p95,
                 headroom=headroom,
+                tensor_parallel=tensor_parallel,
             )
         )
     _emit(b.format_budget(result), None)

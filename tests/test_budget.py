@@ -342,3 +342,18 @@ def test_budget_main_validation(changes: dict[str, object], message: str) -> Non
 def test_headroom_one_equals_sustainable() -> None:
     b = budget_main(seed_args(headroom=1.0))
     assert b.recommended_max_num_seqs == b.sustainable == 56
+
+
+def test_tensor_parallel_splits_the_kv_heads_over_the_ranks() -> None:
+    b4 = budget_main(
+        BudgetArgs(model="llama-3.1-8b", pool_gib=24, prompt=2000, output=1500, tensor_parallel=4)
+    )
+    b1 = budget_main(BudgetArgs(model="llama-3.1-8b", pool_gib=24, prompt=2000, output=1500))
+    # 8 KV heads over 4 ranks: 2 each, a quarter of the bytes per token on each rank.
+    assert b4.bytes_per_token * 4 == b1.bytes_per_token
+    assert any("ceil(8 KV heads / 4 ranks)) = 2" in line for line in b4.arithmetic)
+    # More ranks than KV heads: each rank still holds one head (replicated).
+    b16 = budget_main(
+        BudgetArgs(model="llama-3.1-8b", pool_gib=24, prompt=2000, output=1500, tensor_parallel=16)
+    )
+    assert b16.bytes_per_token * 8 == b1.bytes_per_token

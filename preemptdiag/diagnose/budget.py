@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from preemptdiag.diagnose.models import ModelDims, dtype_bytes, find_model
@@ -53,6 +53,7 @@ class BudgetArgs:
     prompt_p95: float | None = None
     output_p95: float | None = None
     headroom: float = DEFAULT_HEADROOM
+    tensor_parallel: int = 1  # ranks; --pool-gib is then one rank's KV memory
 
 
 # ---------------------------------------------------------------- number helpers
@@ -179,13 +180,23 @@ def budget_from_dims(
     prompt_tokens: float,
     output_tokens: float,
     headroom: float = DEFAULT_HEADROOM,
+    tensor_parallel: int = 1,
 ) -> Budget:
-    """Budget for a pool of `pool_gib` GiB of KV memory, summed over tensor-parallel ranks.
-
-    vLLM logs "Available KV cache memory" per rank; with TP the per-token bytes split over
-    the ranks, so pass the per-rank figure x TP here.
+    """Budget for a pool of `pool_gib` GiB of KV memory on each of `tensor_parallel`
+    ranks (vLLM logs "Available KV cache memory" per rank). Tensor parallelism splits
+    the KV heads over the ranks, each holding at least one (replicated when there are
+    fewer KV heads than ranks), so a token costs each rank its share of the bytes.
     """
     _positive("pool size (GiB)", pool_gib)
+    _positive("tensor parallel size", tensor_parallel)
+    tp_lines: list[str] = []
+    if tensor_parallel > 1:
+        per_rank = max(1, math.ceil(dims.kv_heads / tensor_parallel))
+        tp_lines.append(
+            f"KV heads per rank = max(1, ceil({dims.kv_heads:,} KV heads / {tensor_parallel} "
+            f"ranks)) = {per_rank:,} (tensor parallel {tensor_parallel}; --pool-gib is one rank's)"
+        )
+        dims = replace(dims, kv_heads=per_rank)
     bpt = bytes_per_token(dims, dtype_bytes)
     kv = kv_tokens_from_gib(pool_gib, bpt)
     if kv < 1:
@@ -194,6 +205,7 @@ def budget_from_dims(
     if dims.source:
         lead.append(f"model dims ({dims.name}): {dims.source}")
     lead += [
+        *tp_lines,
         _bytes_per_token_line(dims, dtype_bytes, bpt),
         f"KV tokens = {_num(pool_gib)} GiB × 1024³ / {bpt:,} B = {kv:,}",
     ]
@@ -311,7 +323,9 @@ def budget_main(args: BudgetArgs) -> Budget:
         raise DiagError("pool size must be > 0")
     prompt = _choose("prompt", args.prompt, args.prompt_p95)
     output = _choose("output", args.output, args.output_p95)
-    return budget_from_dims(dims, dtype_b, args.pool_gib, prompt, output, args.headroom)
+    return budget_from_dims(
+        dims, dtype_b, args.pool_gib, prompt, output, args.headroom, args.tensor_parallel
+    )
 
 
 def format_budget(b: Budget) -> str:
