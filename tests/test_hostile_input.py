@@ -276,3 +276,32 @@ def test_an_output_takes_its_format_from_its_name(
     assert code == 0 and out == ""
     assert json.loads((tmp_path / "r.json").read_text())["schema"] == "preemptdiag/report"
     assert (tmp_path / "r.md").read_text().startswith("### preemptdiag: healthy")
+
+
+@pytest.mark.parametrize(
+    ("year", "ok"), [("0", False), ("-5", False), ("99999", False), ("2025", True)]
+)
+def test_year_is_a_plausible_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, year: str, ok: bool
+) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    code, _, err = run(capsys, "analyze", str(log), "--year", year)
+    assert (code == 0) is ok
+    if not ok:
+        assert err == f"preemptdiag: error: --year must be between 1970 and 9000, not {year}\n"
+
+
+def test_nul_runs_a_crash_left_are_skipped_and_counted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # What a node that crashed mid-write leaves: the log, then a run of NUL bytes, then
+    # the lines written after the restart.
+    log = tmp_path / "crashed.log"
+    text = "\n".join(V1_STATS.format(s=f"{s:02d}") for s in range(0, 50, 10))
+    log.write_bytes(
+        b"\x00" * 4096 + text.encode() + b"\n" + b"\x00" * 100_000 + b"\n" + text.encode() + b"\n"
+    )
+    r = report(capsys, str(log), "--year", "2025")
+    assert r["scan"]["skipped"] == {"NUL bytes (a crash's padding)": 104_096}  # type: ignore[index]
+    assert r["scan"]["recognised"] == {"stats": 10}  # type: ignore[index]

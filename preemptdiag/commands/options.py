@@ -81,8 +81,10 @@ def build_options(
         fo = parse_fail_on(list(cfg.fail_on))
     else:
         fo = DEFAULT_FAIL_ON
-    if jobs is not None and jobs < 1:
-        raise DiagError("--jobs must be at least 1")
+    if jobs is not None and not 1 <= jobs <= 256:
+        raise DiagError("--jobs must be between 1 and 256")
+    if year is not None and not 1970 <= year <= 9000:
+        raise DiagError(f"--year must be between 1970 and 9000, not {year}")
     if max_events is not None and max_events < 0:
         raise DiagError("--max-events must be 0 (no limit) or more")
     return Options(

@@ -62,8 +62,11 @@ def _sniff_text(name: str, head: bytes) -> None:
         return
     # Text logs hold almost no control bytes; binary formats are full of them. A few
     # stray ones (interleaved garbage in a paste) must not reject a real log.
-    control = len(head) - len(head.translate(None, _CONTROL))
-    if control * 20 > len(head):
+    # NUL runs are what a node that crashed mid-write leaves in a log (the very incident
+    # this tool is for): they are padding, not binary content, and the scan skips them.
+    text = head.replace(b"\x00", b"")
+    control = len(text) - len(text.translate(None, _CONTROL))
+    if control * 20 > len(text):
         raise DiagError(f"{name}: looks like a binary file, not a text log")
 
 

@@ -32,6 +32,8 @@ from preemptdiag.scan.wrap import (
 )
 
 ProgressFn = Callable[[int], None]
+# skipped[NUL_BYTES]: NUL bytes (a crashed writer's padding), counted, never matched.
+NUL_BYTES = "NUL bytes (a crash's padding)"
 
 
 def _no_line(k: int) -> None:
@@ -160,6 +162,8 @@ def scan_fast(
                 following: NextLine = partial(line_at, block, end + 1, size, look)
                 matcher.match(src.name, lineno, raw, following, result, prev_raw=before)
             above = last_lines(block, size, above, look)
+            if block.find(b"\x00", 0, size) != -1:
+                result.skipped[NUL_BYTES] += block.count(b"\x00", 0, size)
             result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
@@ -198,6 +202,8 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
             result.skipped[TRUNCATED.format(codec=src.codec)] += 1
     if not data:
         return result
+    if b"\x00" in data:
+        result.skipped[NUL_BYTES] += data.count(b"\x00")
     raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
