@@ -305,3 +305,15 @@ def test_nul_runs_a_crash_left_are_skipped_and_counted(
     r = report(capsys, str(log), "--year", "2025")
     assert r["scan"]["skipped"] == {"NUL bytes (a crash's padding)": 104_096}  # type: ignore[index]
     assert r["scan"]["recognised"] == {"stats": 10}  # type: ignore[index]
+
+
+def test_a_reversed_log_counts_preemptions_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Out-of-order lines must not read as counter restarts (251, not 506).
+    lines = (ROOT / "samples" / "v0_thrash_loop.log").read_text().splitlines()
+    rev = tmp_path / "reversed.log"
+    rev.write_text("\n".join(reversed(lines)) + "\n")
+    r = report(capsys, str(rev), "--year", "2025")
+    assert r["verdict"]["class"] == "thrash_loop"  # type: ignore[index]
+    assert round(sum(w["preemptions"] for w in r["windows"])) == 251  # type: ignore[index, union-attr]

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
+from itertools import pairwise
 from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
@@ -268,7 +269,7 @@ def build_events(
     for parts in groups.values():
         if len(parts) > 1:  # a rotated set: every member has a span
             parts.sort(key=lambda part: part[0] or (_NO_TIME, _NO_TIME))
-        joined = [pair for _, part in parts for pair in part]
+        joined = _in_time_order([pair for _, part in parts for pair in part])
         events.extend(_count_preemptions(_dedupe_ranks(joined), rotated))
     events.sort(key=lambda e: (e.ts is None, e.ts or _NO_TIME, e.source, e.line))
     return _shutdown_races(events)
@@ -289,6 +290,23 @@ def _shutdown_races(events: list[Event]) -> list[Event]:
             e = replace(e, kind=Kind.CONTEXT, fields={**e.fields, "after_shutdown": True})
         out.append(e)
     return out
+
+
+def _in_time_order(
+    pairs: list[tuple[Hit, datetime | None]],
+) -> list[tuple[Hit, datetime | None]]:
+    """The hits of one replica by time (stable: equal and unstamped ones keep their
+    order), so a cumulative counter is read as it grew: out-of-order or reversed lines
+    would otherwise look like restarts and count everything again."""
+    if all(a[1] is None or b[1] is None or a[1] <= b[1] for a, b in pairwise(pairs)):
+        return pairs
+    keys: list[datetime] = []
+    last = _NO_TIME
+    for _, ts in pairs:
+        last = ts if ts is not None else last
+        keys.append(last)
+    order = sorted(range(len(pairs)), key=keys.__getitem__)
+    return [pairs[i] for i in order]
 
 
 def _span(pairs: Sequence[tuple[Hit, datetime | None]]) -> Span | None:
