@@ -267,3 +267,45 @@ FRAGMENT_TEXT = st.lists(
 def test_never_raises_and_is_idempotent(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("redis://:S3cretPass@cache:6379/0", "redis://:[REDACTED:password]@cache:6379/0"),
+        ("GenerateReqInput(text='Summarise the minutes')", "GenerateReqInput(text='[REDACTED:prompt 21 chars]')"),
+        ('llm.generate(prompt="about Halvorsen")', 'llm.generate(prompt="[REDACTED:prompt 15 chars]")'),
+        ("Request(prompt_text='secret words')", "Request(prompt_text='[REDACTED:prompt 12 chars]')"),
+        ("Authorization: Bearer tok:AbCdEf123456", "Authorization: Bearer [REDACTED:bearer]"),
+        ("key sk-ab12cd34ef56 used", "key [REDACTED:api_key] used"),
+        ("hf_AbCdEf123456 loaded", "[REDACTED:hf_token] loaded"),
+        ("url?token=abcdef123&x=1", "url?token=[REDACTED:secret]&x=1"),
+        ("Cookie: session=abc123; other=1", "Cookie: [REDACTED:secret]"),
+        ("glpat-AbCdEfGhIjKlMnOpQrSt", "[REDACTED:gitlab_token]"),
+        ("sk_live_AbCdEf1234567890", "[REDACTED:stripe_key]"),
+        ("-----BEGIN RSA PRIVATE KEY-----MIIEpAIBAAK-----END RSA PRIVATE KEY-----", "[REDACTED:pem]"),
+        ("x?X-Amz-Signature=abcdef0123&y=1", "x?X-Amz-Signature=[REDACTED:signature]&y=1"),
+        ("c/x?sv=2020&sig=AbCd%2Bef%3D", "c/x?sv=2020&sig=[REDACTED:signature]"),
+        ('{"inputs": "my question", "parameters": {}}', '{"inputs": "[REDACTED:inputs 11 chars]", "parameters": {}}'),
+    ],
+    ids=[
+        "redis_empty_user", "sglang_text", "generate_prompt", "prompt_text", "bearer_with_colon",
+        "short_sk", "short_hf", "token_param", "cookie", "gitlab", "stripe", "pem", "amz_sig",
+        "azure_sig", "tgi_inputs",
+    ],
+)  # fmt: skip
+def test_more_secret_and_request_text_shapes(line: str, want: str) -> None:
+    assert redact(line) == want
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 1, #token: 56049, token usage: 0.97",
+        "scikit-learn sk-learn ok",
+        "(EngineCore pid=1) INFO 12-01 22:38:23 [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGINT",
+        "max_model_len=2048, context='x'",
+    ],
+)
+def test_log_shapes_that_only_look_like_secrets_are_kept(line: str) -> None:
+    assert redact(line) == line

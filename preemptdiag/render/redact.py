@@ -49,7 +49,7 @@ _ALTERNATIVES: tuple[tuple[str, str], ...] = (
         "body",
         # the key's quote must open a key (line start, space, `{`, `,`, `[`, `(`),
         # not close a value just redacted
-        r"(?P<body_k>(?<![^\s{,\[(])[\"'](?:prompt|messages|content|input)[\"']\s*+:\s*+)"
+        r"(?P<body_k>(?<![^\s{,\[(])[\"'](?:prompt|messages|content|inputs?|text)[\"']\s*+:\s*+)"
         rf"(?P<body_v>{_SQ}|{_DQ}"
         # a whole array, nested arrays and strings included (recursion) ...
         r"|(?P<body_arr>\[(?!REDACTED:)(?:[^\[\]\"'\r\n]++"
@@ -78,16 +78,43 @@ _ALTERNATIVES: tuple[tuple[str, str], ...] = (
     (
         "bearer",
         r"(?P<bearer_k>(?i:\bbearer)\s++)"
-        r"(?P<bearer_v>(?!(?i:tokens?|auth\w*)\b)(?!\[REDACTED:)[A-Za-z0-9\-._~+/]{6,}+=*+)",
+        r"(?P<bearer_v>(?!(?i:tokens?|auth\w*)\b)(?!\[REDACTED:)[A-Za-z0-9\-._~+/:]{6,}+=*+)",
     ),
     (
         "url",
-        r"(?P<url_k>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*+://[^/\s:@]++:)"
+        r"(?P<url_k>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*+://[^/\s:@]*+:)"
         r"(?P<url_v>(?!\[REDACTED:)[^/\s@]++)(?=@)",
     ),
     ("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}+\.eyJ[A-Za-z0-9_\-]{4,}+\.[A-Za-z0-9_\-]*+"),
-    ("api_key", r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}+"),
-    ("hf_token", r"\bhf_[A-Za-z0-9]{30,}+"),
+    ("api_key", r"\bsk-(?:proj-|ant-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{10,}+"),
+    ("hf_token", r"\bhf_[A-Za-z0-9]{10,}+"),
+    # Stripe, GitLab, PEM private keys, signed-URL parameters, cookies, `token=`
+    ("stripe_key", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{10,}+"),
+    ("gitlab_token", r"\bglpat-[A-Za-z0-9_\-]{16,}+"),
+    (
+        "pem",
+        r"-----BEGIN [A-Z ]{0,30}PRIVATE KEY-----(?:[^\r\n-]|-(?!----END))*+"
+        r"(?:-----END [A-Z ]{0,30}PRIVATE KEY-----)?",
+    ),
+    (
+        "sig",
+        r"(?P<sig_k>(?<![A-Za-z0-9_-])(?i:x-amz-signature|x-amz-credential|x-amz-security-token"
+        r"|x-goog-signature|sig|signature)=)(?P<sig_v>(?!\[REDACTED:)[^&\s\"',;]++)",
+    ),
+    (
+        "cookie",
+        r"(?P<cookie_k>(?<![A-Za-z0-9-])(?i:set-cookie|cookie):[ ]?+)(?P<cookie_v>(?!\[REDACTED:)[^\r\n\"']++)",
+    ),
+    (
+        "tokeq",
+        r"(?P<tokeq_k>(?<![A-Za-z0-9#_.-])(?i:token)=)(?P<tokeq_v>(?!\[REDACTED:)[^&\s\"',;]++)",
+    ),
+    # request text in other reprs: prompt='…', text="…", prompt:'…', Request(prompt_text='…')
+    (
+        "reqtext",
+        r"(?P<reqtext_k>(?<![A-Za-z0-9_])(?:prompt|prompt_text|text|inputs)(?:=|:(?! )))"
+        rf"(?P<reqtext_v>{_SQ}|{_DQ})",
+    ),
     ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}+|github_pat_[A-Za-z0-9_]{22,}+)"),
     ("aws_key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
     ("google_key", r"\bAIza[A-Za-z0-9_\-]{35}"),
@@ -107,7 +134,9 @@ _NAMES = tuple(name for name, _ in _ALTERNATIVES)
 _PATTERNS = dict(_ALTERNATIVES)
 # Keys of "kv" that end in "token"; bare `token:` is SGLang's `#token: 56049`.
 _TOKEN_KEY = regex.compile(r"(?:access|auth|refresh|id|hf|hub)[_-]?token")
-_BODY_KEYS = tuple(f"{k}{q}" for k in ("prompt", "messages", "content", "input") for q in "\"'")
+_BODY_KEYS = tuple(
+    f"{k}{q}" for k in ("prompt", "messages", "content", "input", "inputs", "text") for q in "\"'"
+)
 _CLI_FLAGS = ("--api-key", "--hf-token", "--password")
 _GH_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
@@ -132,6 +161,15 @@ _TRIGGERS: dict[str, Callable[[str, str], bool]] = {
     "url": lambda t, _: "://" in t and "@" in t,
     "jwt": lambda t, _: "eyJ" in t,
     "api_key": lambda t, _: "sk-" in t,
+    "stripe_key": lambda t, _: "k_live_" in t or "k_test_" in t,
+    "gitlab_token": lambda t, _: "glpat-" in t,
+    "pem": lambda t, _: "PRIVATE KEY-----" in t,
+    "sig": lambda _, low: "sig" in low and "=" in low,
+    "cookie": lambda _, low: "cookie:" in low,
+    "tokeq": lambda _, low: "token=" in low,
+    "reqtext": lambda t, _: _any_in(
+        t, ("prompt=", "prompt:'", 'prompt:"', "text=", "text:'", 'text:"', "inputs=")
+    ),
     "hf_token": lambda t, _: "hf_" in t,
     "github_token": lambda t, _: _any_in(t, _GH_PREFIXES),
     "aws_key": lambda t, _: "AKIA" in t or "ASIA" in t,
@@ -191,6 +229,11 @@ def _replace(m: regex.Match[str]) -> str:
         return f"{m['bearer_k']}{_MARK}bearer]"
     if kind == "url":
         return f"{m['url_k']}{_MARK}password]"
+    if kind in ("sig", "cookie", "tokeq"):
+        return f"{m[kind + '_k']}{_MARK}{'signature' if kind == 'sig' else 'secret'}]"
+    if kind == "reqtext":
+        v = m["reqtext_v"]
+        return f"{m['reqtext_k']}{v[0]}{_MARK}prompt {_quoted_len(v)} chars]{v[0]}"
     return f"{_MARK}{kind}]"
 
 
