@@ -154,7 +154,7 @@ def test_sglang_lever_speaks_sglang_all_the_way_through() -> None:
     )
     text = " ".join([*lever.arithmetic, lever.verify, lever.do_not])
     assert lever.knob == "--max-running-requests"
-    assert lever.arithmetic[-1].startswith("--max-running-requests = floor(0.9 × 210,968 /")
+    assert lever.arithmetic[-2].startswith("--max-running-requests = floor(0.9 × 210,968 /")
     for vllm_word in ("--max-num-seqs", "vllm:", "--gpu-memory-utilization", "Preemptions:"):
         assert vllm_word not in text
     assert "--mem-fraction-static" in lever.do_not

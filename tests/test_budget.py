@@ -186,6 +186,7 @@ def test_observed_demand_hand_computed() -> None:
         "windows (1 skipped: Running = 0 or no KV usage)",
         "p95 (nearest rank 3 of 3) = 50 / 100 × 116,512 / 20 = 2,912.8 live tokens per seq",
         "--max-num-seqs = floor(0.9 × 116,512 / 2,912.8) = 36",
+        "exactly: the KV tokens cancel, floor(0.9 × 20 running / (50 / 100) KV usage) = 36",
     )
 
 

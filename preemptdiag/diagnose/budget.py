@@ -273,6 +273,9 @@ def max_num_seqs_from_observed(
         f"{running:,} = {_num(p95)} live tokens per seq",
         f"--max-num-seqs = floor({_num(headroom)} × {kv_tokens:,} / {_num(p95)}) = {raw:,}"
         + _at_least_one(raw),
+        # The printed per-seq figure is rounded; this form has no rounding to redo.
+        f"exactly: the KV tokens cancel, floor({_num(headroom)} × {running:,} running / "
+        f"({_num(usage)} / 100) KV usage) = {raw:,}",
     )
     return value, float(p95), lines
 
