@@ -67,3 +67,20 @@ def first_hits(
                 out[s.id] = {k: v for k, v in fields.items() if v is not None or not drop_none}
                 break
     return out
+
+
+def analyze_lines(
+    capsys: Any, tmp_path: Path, lines: list[str], name: str = "built.log"
+) -> tuple[int, dict[str, Any]]:
+    """Write `lines` as a log and run `analyze --format json` on it through the CLI."""
+    import json
+
+    from preemptdiag.cli import main
+
+    log = tmp_path / name
+    log.write_text("\n".join(lines) + "\n")
+    code = main(["analyze", "--format", "json", str(log)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    report: dict[str, Any] = json.loads(out)
+    return code, report

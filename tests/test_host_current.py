@@ -4,13 +4,11 @@ in other senses must match nothing."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from builders import first_hits, system_sigs
+from builders import analyze_lines, first_hits, system_sigs
 
-from preemptdiag.cli import main
 from preemptdiag.diagnose.stories import _KILLERS
 from preemptdiag.model.records import FieldValue, Kind
 from preemptdiag.scan.signatures import Signature
@@ -91,12 +89,7 @@ def test_the_rest_of_the_report_matches_nothing(sigs: list[Signature], index: in
 def _analyze(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]
 ) -> tuple[int, dict]:  # type: ignore[type-arg]
-    log = tmp_path / "host.log"
-    log.write_text("\n".join(lines) + "\n")
-    code = main(["analyze", "--format", "json", str(log)])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, json.loads(out)
+    return analyze_lines(capsys, tmp_path, lines, "host.log")
 
 
 def test_cut_kernel_report_alone_is_host_pressure(

@@ -7,13 +7,11 @@ Lines are built from the format strings in SGLang's released source: scheduler.p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from builders import first_hits, system_sigs
+from builders import analyze_lines, first_hits, system_sigs
 
-from preemptdiag.cli import main
 from preemptdiag.model.records import FieldValue, Kind
 from preemptdiag.scan.rollup import stats_preemptions
 from preemptdiag.scan.signatures import Signature
@@ -333,12 +331,7 @@ def _thrash_log(retraction: str) -> list[str]:
 def _analyze(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]
 ) -> tuple[int, dict]:  # type: ignore[type-arg]
-    log = tmp_path / "sglang.log"
-    log.write_text("\n".join(lines) + "\n")
-    code = main(["analyze", "--format", "json", str(log)])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, json.loads(out)
+    return analyze_lines(capsys, tmp_path, lines, "sglang.log")
 
 
 REAL = (
