@@ -30,9 +30,9 @@ CASES = {
     "v1_cuda_oom.log": (
         "allocation_failure",
         False,
-        "--gpu-memory-utilization",
-        "0.95",
-        "0.90",
+        "--max-num-batched-tokens",
+        "8192",
+        "2048",
         1,
     ),
     "v0_startup_kv_too_small.log": (
@@ -156,9 +156,9 @@ def test_cuda_oom_arithmetic_uses_the_oom_lines_own_figures(
 ) -> None:
     _, report = analyze(capsys, str(SAMPLES / "v1_cuda_oom.log"))
     math = report["lever"]["arithmetic"]
-    # 2.00 GiB tried, 1.21 GiB free, 79.19 GiB total: 0.79 short; 0.05 x 79.19 = 3.96 freed.
+    # 2.00 GiB tried, 1.21 GiB free: 0.79 short; 4,186 x 1.21 / 2.00 = 2,532 tokens fit.
     assert "2.00 GiB tried - 1.21 GiB free = 0.79 GiB short" in math[1]
-    assert math[2] == "0.05 x 79.19 GiB total = 3.96 GiB freed for activations (enough)"
+    assert "floor(4,186 x 1.21 GiB / 2.00 GiB) = 2,532" in math[2]
 
 
 def test_reprefill_ratio_is_v0_thrash_evidence_only(capsys: pytest.CaptureFixture[str]) -> None:

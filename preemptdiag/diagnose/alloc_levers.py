@@ -5,7 +5,7 @@ memory fraction and admission knobs."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from preemptdiag.model.records import Event, FieldValue, Kind, Lever, Verdict
 from preemptdiag.timeline.knobs import Facts
@@ -109,6 +109,11 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
             rationale="the KV cache could not be sized at start-up; the GPU must have headroom",
             engine=engine,
         )
+    trigger = _prompt_logprobs_trigger(first, events)
+    if trigger is not None and first is not None:
+        chunked = _chunk_lever(first, trigger, facts, engine)
+        if chunked is not None:
+            return chunked
     if cur_util is not None and cur_util > 0.9:
         return Lever(
             knob="--gpu-memory-utilization",
@@ -137,6 +142,97 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
         rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
+        engine=engine,
+    )
+
+
+def _prompt_logprobs_trigger(oom: Event | None, events: Sequence[Event]) -> Event | None:
+    """The scheduler dump the dying engine core printed for the step that ran out of
+    memory, if one of its new requests asked for prompt logprobs: the dump comes just
+    before the OOM traceback, from the same source, within seconds."""
+    if oom is None:
+        return None
+    found = None
+    for e in events:
+        if (
+            e.kind is Kind.CONTEXT
+            and e.fields.get("subtype") == "oom_trigger"
+            and e.source == oom.source
+            and e.replica == oom.replica
+            and e.line < oom.line
+            and (e.ts is None or oom.ts is None or 0 <= (oom.ts - e.ts).total_seconds() <= 60)
+        ):
+            found = e  # the last dump before the OOM is the step that failed
+    return found
+
+
+def _sizer(largest: int) -> Callable[[float], str]:
+    """Byte sizes in one unit, the one torch's OOM message gives its largest figure
+    (GiB from 1 GiB, else MiB), so a reviewer redoes the sums without converting."""
+    unit, name = (1024**3, "GiB") if largest >= 1024**3 else (1024**2, "MiB")
+    return lambda n: f"{n / unit:.2f} {name}"
+
+
+def _chunk_lever(oom: Event, trigger: Event, facts: Facts, engine: str) -> Lever | None:
+    """Bound the prompt chunk so one request's prompt-logprobs tensor fits what is free.
+
+    The model runner computes a float32 log-softmax over the vocabulary for every
+    token of the request's scheduled chunk in one tensor, so the failed allocation is
+    linear in the chunk: tried / rows bytes a token. `--max-num-batched-tokens` caps
+    every chunk; a power of two at or under free / (tried / rows) makes it fit and
+    keeps the KV pool whole (lowering the memory fraction would shrink it instead)."""
+    f, t = oom.fields, trigger.fields
+    tried, free = f.get("tried"), f.get("free")
+    prompt, done = t.get("prompt_tokens"), t.get("computed_tokens")
+    sched = t.get("scheduled_tokens")
+    if not (isinstance(tried, int) and isinstance(free, int) and isinstance(prompt, int)):
+        return None
+    rows = sched if isinstance(sched, int) else prompt - (done if isinstance(done, int) else 0)
+    if tried <= free or rows <= 0:
+        return None
+    fit = rows * free // tried
+    if fit < 256:
+        return None  # too little is free for any useful chunk: the memory fraction it is
+    new = 1 << (fit.bit_length() - 1)
+    cur = facts.knob_int("max_num_batched_tokens")
+    if cur is not None and new >= cur:
+        return None
+    line = facts.knob_lines.get("max_num_batched_tokens")
+    cur_text = (
+        f"{cur:,} [{line.source}:{line.line}]" if cur is not None and line else "not in the log"
+    )
+    rid = str(t.get("req_id") or "?")
+    _size = _sizer(tried)
+    where = f"[{trigger.source}:{trigger.line}]"
+    return Lever(
+        knob="--max-num-batched-tokens",
+        current=str(cur) if cur is not None else None,
+        proposed=str(new),
+        arithmetic=(
+            f"trigger: request {rid} asked for prompt logprobs over a {prompt:,}-token prompt "
+            f"{where}; its scheduled chunk was {rows:,} tokens, and the runner's float32 "
+            "log-softmax over the vocabulary is one tensor of chunk x vocabulary x 4 bytes",
+            f"the allocation that failed: {_size(tried)} tried - {_size(free)} free "
+            f"= {_size(tried - free)} short [{oom.source}:{oom.line}]",
+            f"tokens whose logits fit what was free: floor({rows:,} x {_size(free)} / "
+            f"{_size(tried)}) = {fit:,}; the largest power of two at or under it: {new:,}",
+            f"a {new:,}-token chunk needs {new:,} / {rows:,} x {_size(tried)} = "
+            f"{_size(tried * new / rows)} <= {_size(free)} free; current budget: {cur_text}",
+        ),
+        verify=(
+            f"no CUDA OOM when a request with prompt logprobs over a {prompt:,}-token prompt "
+            f"runs again; the engine logs `Chunked prefill is enabled with "
+            f"max_num_batched_tokens={new}`; prompt throughput may fall slightly on long prompts"
+        ),
+        do_not=(
+            "do not also lower --gpu-memory-utilization in the same run: it shrinks the KV "
+            "pool, and alone it only moves the failure to a longer prompt"
+        ),
+        rationale=(
+            f"runtime CUDA OOM tipped by one request's prompt logprobs ({rid}, "
+            f"{prompt:,} prompt tokens): bound the chunk so its logits tensor fits, keeping "
+            "the KV pool whole (or refuse prompt_logprobs on long prompts at the gateway)"
+        ),
         engine=engine,
     )
 

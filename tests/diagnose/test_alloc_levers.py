@@ -1,0 +1,120 @@
+"""The runtime CUDA OOM lever when the dying engine core names its trigger: one
+request's prompt logprobs over a long prompt (diagnose/alloc_levers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import analyze_lines
+
+# vLLM 0.32 start-up and failure lines. DUMP was printed by vLLM 0.32.0's own
+# dump_input.prepare_object_to_dump on a real SchedulerOutput (two new requests, the
+# second with prompt_logprobs=1); the others follow the 0.32 source's wording.
+ARGS = (
+    "(APIServer pid=7) INFO 12-02 01:00:00 [api_utils.py:286] non-default args: "
+    "{{'model': '/models/llama-3.1-8b', 'max_model_len': 8192, 'gpu_memory_utilization': {util}}}"
+)
+CHUNK = (
+    "(APIServer pid=7) INFO 12-02 01:00:01 [scheduler.py:308] Chunked prefill is enabled "
+    "with max_num_batched_tokens={mbt}."
+)
+STATS = (
+    "(APIServer pid=7) INFO 12-02 01:09:{s:02d} [loggers.py:259] Engine 000: Avg prompt "
+    "throughput: 410.0 tokens/s, Avg generation throughput: 95.0 tokens/s, Running: 6 reqs, "
+    "Waiting: 0 reqs, GPU KV cache usage: 3.1%, Prefix cache hit rate: 0.0%"
+)
+DUMP = """(EngineCore pid=4242) ERROR 12-02 01:10:07 [dump_input.py:79] Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=chatcmpl-77aa,prompt_token_ids_len=312,prefill_token_ids_len=None,mm_features=[],sampling_params=SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, watermarking=None, top_p=1.0, top_k=0, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], thinking_token_budget=None, include_stop_str_in_output=False, ignore_eos=False, max_tokens=256, min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, spaces_between_special_tokens=True, structured_outputs=None, extra_args=None),block_ids=([4],),num_computed_tokens=0,lora_request=None,prompt_embeds_shape=None), NewRequestData(req_id=cmpl-4db1df93397441569bf85d1143e15c55-0,prompt_token_ids_len=4186,prefill_token_ids_len=None,mm_features=[],sampling_params=SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.0, watermarking=None, top_p=1.0, top_k=0, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], thinking_token_budget=None, include_stop_str_in_output=False, ignore_eos=False, max_tokens=1, min_tokens=0, logprobs=None, prompt_logprobs=1, skip_special_tokens=True, spaces_between_special_tokens=True, structured_outputs=None, extra_args=None),block_ids=([1, 2, 3],),num_computed_tokens=0,lora_request=None,prompt_embeds_shape=None)], scheduled_cached_reqs=CachedRequestData(req_ids=[],resumed_req_ids=set(),new_token_ids_lens=[],all_token_ids_lens={},new_block_ids=[],num_computed_tokens=[],num_output_tokens=[]), num_scheduled_tokens={chatcmpl-77aa: 312, cmpl-4db1df93397441569bf85d1143e15c55-0: 4186}, total_num_scheduled_tokens=4498, scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, finished_req_ids=[], free_encoder_mm_hashes=[], scheduled_encoder_input_stats=null, preempted_req_ids=null, has_structured_output_requests=false, pending_structured_output_tokens=false, num_invalid_spec_tokens=null, kv_connector_metadata=null, has_sync_kv_loads=false, aux_output_connector_metadata=null, ec_connector_metadata=null, ec_manager_metadata=null, new_block_ids_to_zero=null, kv_cache_block_copies=null, kv_connector_block_state=null, num_spec_tokens_to_schedule=0, num_common_prefix_blocks=[])"""
+OOM = (
+    "(EngineCore pid=4242) ERROR 12-02 01:10:07 [core.py:1110] torch.OutOfMemoryError: CUDA "
+    "out of memory. Tried to allocate {tried}. GPU 0 has a total capacity of 79.19 GiB of "
+    "which {free} is free. Including non-PyTorch memory, this process has 77.96 GiB memory "
+    "in use."
+)
+
+
+def _log(util: str = "0.95", mbt: int = 8192, dump: str = DUMP, tried: str = "2.00 GiB",
+         free: str = "1.21 GiB") -> list[str]:  # fmt: skip
+    return [
+        ARGS.format(util=util),
+        CHUNK.format(mbt=mbt),
+        *(STATS.format(s=s) for s in (7, 17, 27, 37, 47, 57)),
+        dump,
+        OOM.format(tried=tried, free=free),
+    ]
+
+
+def _lever(capsys: Any, tmp_path: Path, lines: list[str]) -> dict[str, Any]:
+    code, report = analyze_lines(capsys, tmp_path, lines)
+    assert code == 1 and report["verdict"]["class"] == "allocation_failure"
+    lever: dict[str, Any] = report["lever"]
+    return lever
+
+
+def test_prompt_logprobs_trigger_bounds_the_chunk(capsys: Any, tmp_path: Path) -> None:
+    lever = _lever(capsys, tmp_path, _log())
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--max-num-batched-tokens", "8192", "2048",
+    )  # fmt: skip
+    math = lever["arithmetic"]
+    log = tmp_path / "built.log"
+    assert math[0].startswith(
+        f"trigger: request cmpl-4db1df93397441569bf85d1143e15c55-0 asked for prompt logprobs "
+        f"over a 4,186-token prompt [{log}:9]; its scheduled chunk was 4,186 tokens"
+    )
+    assert math[1] == (
+        f"the allocation that failed: 2.00 GiB tried - 1.21 GiB free = 0.79 GiB short [{log}:10]"
+    )
+    # floor(4186 x 1.21 / 2.00) = floor(2532.53) = 2532 -> 2048
+    assert math[2] == (
+        "tokens whose logits fit what was free: floor(4,186 x 1.21 GiB / 2.00 GiB) = 2,532; "
+        "the largest power of two at or under it: 2,048"
+    )
+    assert math[3] == (
+        "a 2,048-token chunk needs 2,048 / 4,186 x 2.00 GiB = 0.98 GiB <= 1.21 GiB free; "
+        f"current budget: 8,192 [{log}:2]"
+    )
+    assert "4,186 prompt tokens" in lever["rationale"]
+    assert "--max-num-batched-tokens 2048" in lever["apply"]
+    assert "--max-num-batched-tokens 8192" in lever["rollback"]
+
+
+def test_without_prompt_logprobs_the_memory_fraction_steps_back(
+    capsys: Any, tmp_path: Path
+) -> None:
+    lines = _log(dump=DUMP.replace("prompt_logprobs=1", "prompt_logprobs=None"))
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--gpu-memory-utilization", "0.95", "0.90",
+    )  # fmt: skip
+    math = lever["arithmetic"]
+    assert not any("trigger" in m for m in math)
+    # 0.79 GiB short; 0.05 x 79.19 GiB = 3.96 GiB freed by the step back
+    assert math[1] == "the allocation that failed: 2.00 GiB tried - 1.21 GiB free = 0.79 GiB short"
+    assert math[2] == "0.05 x 79.19 GiB total = 3.96 GiB freed for activations (enough)"
+
+
+@pytest.mark.parametrize(
+    ("why", "overrides"),
+    [
+        # 120 MiB free: floor(4186 x 120 / 2048) = 245 tokens, too small a chunk to be useful
+        ("too little free", {"free": "120.00 MiB"}),
+        # the budget is already at or under the power of two that fits
+        ("budget already small", {"mbt": 2048}),
+    ],
+)
+def test_chunk_lever_stands_down(
+    capsys: Any, tmp_path: Path, why: str, overrides: dict[str, Any]
+) -> None:
+    lever = _lever(capsys, tmp_path, _log(**overrides))
+    assert lever["knob"] == "--gpu-memory-utilization", why
+
+
+def test_budget_not_in_the_log_is_not_shown_as_current(capsys: Any, tmp_path: Path) -> None:
+    lines = [ln for ln in _log() if "Chunked prefill" not in ln]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--max-num-batched-tokens", None, "2048",
+    )  # fmt: skip
+    assert lever["arithmetic"][3].endswith("current budget: not in the log")
