@@ -168,3 +168,14 @@ def test_reprefill_ratio_is_v0_thrash_evidence_only(capsys: pytest.CaptureFixtur
     )
     _, v1 = analyze(capsys, str(SAMPLES / "v1_thrash_loop.log"))
     assert "re-prefill" not in v1["verdict"]["why"]  # V1 counts each prompt once
+
+
+def test_queueing_why_gives_the_queues_peak_not_its_first_window(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, report = analyze(capsys, str(SAMPLES / "v1_queueing.log"))
+    # The first queueing window had 8 waiting at 63.1 %; the queue peaked at 38, 82.3 %.
+    assert report["verdict"]["why"] == (
+        "requests waiting in 7 of 9 window(s), up to 38, KV max 82.3%, "
+        "no preemption seen (this log cannot show it)"
+    )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import groupby
 
-from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story
+from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story, queueing_why
 from preemptdiag.diagnose.visibility import (
     Visibility,
 )
@@ -222,6 +222,8 @@ def verdict(
     why = head.why
     if cls is Class.HEALTHY:
         why = healthy_why(windows, why)
+    elif cls is Class.QUEUEING:
+        why = queueing_why(windows, head.replica, why)
     if cls is Class.ALLOCATION_FAILURE and why.startswith("GPU ") and cpu_backend(events):
         why = "CPU-backend (host RAM) " + why.removeprefix("GPU ")
     if alloc and host:

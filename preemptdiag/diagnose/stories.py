@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from preemptdiag.model.records import Event, Kind, Window
+from preemptdiag.model.records import Class, Event, Kind, Window
 
 _ALLOC_WORDS = {
     "cuda_oom": "CUDA out of memory",
@@ -71,6 +71,22 @@ def healthy_why(windows: Sequence[Window], fallback: str) -> str:
         parts.append(f"KV max {max(kv):.1f}%")
     parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")
     tail = stats[-1].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
+    return ", ".join(parts) + f", {tail}"
+
+
+def queueing_why(windows: Sequence[Window], replica: str, fallback: str) -> str:
+    """A queueing verdict gives the queue's peak over every queueing window of the
+    replica, not the first one's (the queue builds: its first window is the mildest)."""
+    mine = [w for w in windows if w.replica == replica]
+    q = [w for w in mine if w.cls is Class.QUEUEING]
+    waiting = [w.waiting_max for w in q if w.waiting_max is not None]
+    if not waiting:
+        return fallback
+    kv = [w.kv_max for w in q if w.kv_max is not None]
+    parts = [f"requests waiting in {len(q)} of {len(mine)} window(s), up to {max(waiting)}"]
+    if kv:
+        parts.append(f"KV max {max(kv):.1f}%")
+    tail = q[-1].why.rsplit(", ", 1)[-1]  # "no preemption seen (...)", as the window says
     return ", ".join(parts) + f", {tail}"
 
 
