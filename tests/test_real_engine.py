@@ -31,19 +31,21 @@ class Expect:
 # scenario -> (log alone, log + its scrapes)
 EXPECT: dict[str, tuple[Expect, Expect]] = {
     # A V1 log cannot show preemptions (vllm PR #38452): alone, "none seen" is at
-    # most medium; the scrapes' counter makes it sure.
+    # most medium; the scrapes' counter proves none, but two minutes of stats lines
+    # are too short a look for "healthy (high)".
     "healthy": (
         Expect("healthy", "medium", False, None, 0),
-        Expect("healthy", "high", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
     ),
     "queueing": (
         Expect("queueing", "medium", False, None, 0),
         Expect("queueing", "high", False, None, 0),
     ),
     # 3 preemptions in one burst, KV never pinned on a stats line, Waiting 0: the
-    # log alone cannot see them; the counter can.
+    # log alone cannot see them (and its one window of stats is a short look); the
+    # counter can.
     "benign_preemption": (
-        Expect("healthy", "medium", False, None, 0),
+        Expect("healthy", "low", False, None, 0),
         Expect("benign_preemption", "medium", False, None, 0),
     ),
     # The 1,982-preemption overload: alone, suspected (never healthy or queueing);

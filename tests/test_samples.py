@@ -179,3 +179,28 @@ def test_queueing_why_gives_the_queues_peak_not_its_first_window(
         "requests waiting in 7 of 9 window(s), up to 38, KV max 82.3%, "
         "no preemption seen (this log cannot show it)"
     )
+
+
+@pytest.mark.parametrize(
+    ("lines", "confidence", "note"),
+    [
+        (75, "low", " (only 1 window(s) of stats: too short a look to be sure)"),
+        (120, "medium", " (only 2 window(s) of stats: too short a look to be sure)"),
+        (None, "high", ""),
+    ],
+)
+def test_healthy_confidence_grows_with_the_look(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    lines: int | None,
+    confidence: str,
+    note: str,
+) -> None:
+    # An excerpt of v0_healthy.log: 35 s (8 stats lines), 2 minutes (17), all 7 minutes.
+    text = (SAMPLES / "v0_healthy.log").read_text().splitlines(keepends=True)
+    log = tmp_path / "excerpt.log"
+    log.write_text("".join(text[:lines]))
+    _, report = analyze(capsys, str(log))
+    v = report["verdict"]
+    assert (v["class"], v["confidence"]) == ("healthy", confidence)
+    assert v["why"].endswith("no preemption" + note)

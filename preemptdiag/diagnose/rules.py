@@ -190,6 +190,24 @@ def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
     return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
 
 
+# "Nothing went wrong" is only as sure as the time the stats lines cover: high needs
+# five minutes of them (30 lines: V1 prints one per 10 s), a look under two minutes is
+# low. An excerpt of a few seconds around a complaint must not read "healthy (high)".
+CALM_HIGH_WINDOWS, CALM_HIGH_LINES, CALM_MEDIUM_WINDOWS = 5, 30, 2
+
+
+def _calm_cap(windows: Sequence[Window], replica: str, conf: Confidence) -> tuple[Confidence, str]:
+    seen = [w for w in windows if w.replica == replica and w.n_stats]
+    lines = sum(w.n_stats for w in seen)
+    if len(seen) >= CALM_HIGH_WINDOWS and lines >= CALM_HIGH_LINES:
+        return conf, ""
+    cap = Confidence.MEDIUM if len(seen) >= CALM_MEDIUM_WINDOWS else Confidence.LOW
+    order = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
+    if order.index(conf) <= order.index(cap):
+        return conf, ""
+    return cap, f" (only {len(seen)} window(s) of stats: too short a look to be sure)"
+
+
 def verdict(
     windows: Sequence[Window],
     thr: Thresholds,
@@ -247,6 +265,9 @@ def verdict(
         why = h_why or why
         cause = h_cause or cause
         consequence = h_cons or consequence
+    if cls is Class.HEALTHY:  # queueing is seen, not inferred from absence
+        conf, short = _calm_cap(windows, head.replica, conf)
+        why += short
     suspected = cls is Class.INSUFFICIENT_EVIDENCE and _suspect(head, thr, vis)
     if suspected:
         n = sum(1 for w in windows if _suspect(w, thr, vis))
