@@ -269,10 +269,25 @@ class EvidenceLine:
     text: str  # cleaned and truncated
 
 
+# A clock time in the head of a line: the line still carries its own stamp.
+_STAMPED = re.compile(r"\d{2}:\d{2}:\d{2}")
+
+
+def stamped(e: Event) -> str:
+    """The line's text with its time in front when the scan peeled the stamp off
+    (SGLang's `[2025-11-02 10:00:08 TP0]`, journald/ISO and dmesg wrappers): evidence
+    without a time cannot be laid beside the timeline. The time is shown in the
+    line's own offset, as the log wrote it; the rank, when known, as SGLang does."""
+    if e.ts is None or _STAMPED.search(e.text[:48]):
+        return e.text
+    rank = f" {e.proc}" if e.proc and e.proc.startswith(("TP", "DP", "PP", "EP")) else ""
+    return f"[{e.ts:%Y-%m-%d %H:%M:%S}{rank}] {e.text.lstrip()}"
+
+
 def evidence_lines(v: Verdict) -> tuple[list[EvidenceLine], int]:
     """The evidence to display, and how many further events were left out."""
     shown = [
-        EvidenceLine(location(e), truncate(clean_text(e.text)))
+        EvidenceLine(location(e), truncate(clean_text(stamped(e))))
         for e in v.evidence[:EVIDENCE_MAX_LINES]
     ]
     return shown, max(0, len(v.evidence) - EVIDENCE_MAX_LINES)

@@ -391,7 +391,9 @@ def test_markdown_heading_escaping_and_fenced_evidence() -> None:
     assert text.startswith("### preemptdiag: insufficient_evidence (low)\n")
     # The evidence line contains a `|` and backticks: it sits in a fenced text block.
     assert (
-        "```text\npod/vllm-0/engine:77  Engine 000: GPU KV cache usage: 100.0%, "
+        # its time in front: the wrapper stamp the scan read off (render/common.stamped)
+        "```text\npod/vllm-0/engine:77  [2024-06-16 21:24:00] Engine 000: GPU KV cache "
+        "usage: 100.0%, "
         "Waiting: 12 reqs | `x`\n```"
     ) in text
     assert fence_for("a ``` b") == "````"
@@ -408,7 +410,7 @@ def test_evidence_truncated_and_capped() -> None:
     many = tuple(ev(i, "x" * 300) for i in range(1, 11))
     r = replace(r, verdict=replace(r.verdict, evidence=many))
     text = render(r, Format.MARKDOWN)
-    assert f"vllm.log:1  {'x' * 199}…\n" in text
+    assert f"vllm.log:1  [2024-06-16 21:25:00] {'x' * 177}…\n" in text
     assert "vllm.log:8  " in text and "vllm.log:9  " not in text
     assert "2 more evidence line(s)" in text
     assert len(json.loads(render(r, Format.JSON))["verdict"]["evidence"]) == 10
