@@ -132,11 +132,43 @@ MaxEventsOpt = Annotated[
 NoRedactOpt = Annotated[bool, typer.Option("--no-redact", help="Do not redact secrets/prompts.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 2 when no evidence is found.")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: search).")]
+PromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus",
+        help="Prometheus-API store to read (http://prometheus:9090); auth from "
+        "PREEMPTDIAG_PROMETHEUS_TOKEN(_FILE) or _USER/_PASSWORD(_FILE).",
+    ),
+]
+SelectorOpt = Annotated[
+    str, typer.Option("--selector", help="Label selector for the store, e.g. '{namespace=\"x\"}'.")
+]
+StepOpt = Annotated[
+    str | None, typer.Option("--step", help="Query step (default: 15s, at most the window).")
+]
+
+
+def _store(url: str | None, selector: str, step: str | None) -> Any:
+    """--prometheus/--selector/--step as the pipeline's PromSource (None without a URL)."""
+    from preemptdiag.ingest.prometheus_api import PromSource, check_selector
+    from preemptdiag.model.config import parse_duration
+
+    if url is None:
+        if selector or step:
+            raise DiagError("--selector and --step need --prometheus URL")
+        return None
+    step_s = parse_duration(step) if step else None
+    return PromSource(url=url, selector=check_selector(selector), step_s=step_s)
 
 
 @app.command()
 def analyze(
-    files: FilesArg,
+    files: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Log files (plain, .gz, .bz2, .xz, .zst), Prometheus scrapes, or - for stdin."
+        ),
+    ] = None,
     fmt: Annotated[
         list[str] | None,
         typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
@@ -161,8 +193,14 @@ def analyze(
         bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")
     ] = False,
     config: ConfigOpt = None,
+    prometheus: PromOpt = None,
+    selector: SelectorOpt = "",
+    step: StepOpt = None,
 ) -> None:
     """Classify each time window and recommend the ONE lever to change next."""
+    from dataclasses import replace
+
+    files = files or []
     from preemptdiag.commands.analyze import run_analysis
     from preemptdiag.render import Format, render
     from preemptdiag.render.summary import verdict_line
@@ -192,6 +230,7 @@ def analyze(
         config,
         max_events,
     )
+    opts = replace(opts, prometheus=_store(prometheus, selector, step))
     from preemptdiag.render.progress import progress_factory
 
     outcome = run_analysis(opts, progress=progress_factory(not quiet))
