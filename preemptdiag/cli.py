@@ -244,6 +244,59 @@ def analyze(
 
 
 @app.command()
+def fleet(
+    prometheus: Annotated[
+        str,
+        typer.Option(
+            "--prometheus",
+            help="Prometheus-API store (http://prometheus:9090); auth from "
+            "PREEMPTDIAG_PROMETHEUS_TOKEN(_FILE) or _USER/_PASSWORD(_FILE).",
+        ),
+    ],
+    selector: SelectorOpt = "",
+    step: StepOpt = None,
+    since: Annotated[
+        str, typer.Option("--since", help="Start: 1h (ago), or a time as analyze takes.")
+    ] = "1h",
+    until: Annotated[str | None, typer.Option("--until", help="End (default: now).")] = None,
+    fmt: Annotated[
+        list[str] | None,
+        typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
+    ] = None,
+    output: Annotated[
+        list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
+    ] = None,
+    window: WindowOpt = None,
+    fail_on: FailOnOpt = None,
+    color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    tz: TzOpt = None,
+    strict: StrictOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Every replica in a Prometheus store classified by analyze's rules, worst first."""
+    from dataclasses import replace
+
+    from preemptdiag.commands.fleet import run_fleet
+    from preemptdiag.commands.options import build_options, plan_outputs
+    from preemptdiag.render.fleet import render_fleet
+
+    for f in fmt or []:
+        if f not in FORMATS:
+            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
+    if color not in ("auto", "always", "never"):
+        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+    plan = plan_outputs(fmt, list(output or []), [])
+    opts = build_options(
+        [], window, fail_on, None, None, tz, None, since, until, 1, False, strict, config
+    )
+    outcome = run_fleet(replace(opts, prometheus=_store(prometheus, selector, step)))
+    for f, dest in plan:
+        use_color = dest is None and _want_color(color, sys.stdout)
+        _emit(render_fleet(outcome.report, f, color=use_color), dest)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
 def check(
     files: FilesArg,
     fail_on: FailOnOpt = None,

@@ -70,7 +70,6 @@ def store_events(fleet: Fleet, log_events: Sequence[Event]) -> tuple[list[Event]
     for r in fleet.replicas:
         out.extend(scrape_events(r.scrapes, joined.get(r.name, r.name)))
     points = sum(len(r.scrapes) for r in fleet.replicas)
-    restarted = [f"{r.name} ({r.restarts}x)" for r in fleet.replicas if r.restarts]
     notes.insert(
         0,
         f"Prometheus {fleet.url}{' ' + fleet.selector if fleet.selector else ''}: "
@@ -78,9 +77,14 @@ def store_events(fleet: Fleet, log_events: Sequence[Event]) -> tuple[list[Event]
         f"from {fleet.start:%Y-%m-%d %H:%M:%S} to {fleet.end:%Y-%m-%d %H:%M:%S} UTC "
         f"({fleet.queries} queries)",
     )
-    if restarted:
-        notes.append(
-            "engine restarts (process start time moved or counters reset; counted from the "
-            "new start): " + ", ".join(restarted)
-        )
-    return out, notes
+    return out, notes + restart_notes(fleet.replicas)
+
+
+def restart_notes(replicas: Sequence[Replica]) -> list[str]:
+    restarted = [f"{r.name} ({r.restarts}x)" for r in replicas if r.restarts]
+    if not restarted:
+        return []
+    return [
+        "engine restarts (process start time moved or counters reset; counters read from "
+        "each new start): " + ", ".join(restarted)
+    ]
