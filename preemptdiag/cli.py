@@ -297,6 +297,45 @@ def fleet(
 
 
 @app.command()
+def alerts(
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="rules (a rules file) | k8s (PrometheusRule).")
+    ] = "rules",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file.")
+    ] = None,
+    prometheus: Annotated[
+        str,
+        typer.Option("--prometheus", help="Store URL the annotations' analyze command reads."),
+    ] = "http://prometheus:9090",
+    selector: SelectorOpt = "",
+    window: WindowOpt = None,
+    name: Annotated[str, typer.Option("--name", help="PrometheusRule name (k8s).")] = "preemptdiag",
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="PrometheusRule namespace (k8s).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """The classification thresholds as Prometheus recording and alerting rules."""
+    from preemptdiag.commands.alerts import AlertOptions, render_rules
+    from preemptdiag.ingest.prometheus_api import shown_url
+    from preemptdiag.model.config import load_config, parse_duration
+
+    cfg = load_config(config)
+    opts = AlertOptions(
+        thresholds=cfg.thresholds,
+        window_seconds=parse_duration(window or cfg.window or "60s"),
+        selector=selector,
+        # An annotation is read by everyone who sees the alert: never a credential.
+        prometheus_url=shown_url(prometheus) or prometheus,
+        fmt=fmt,
+        name=name,
+        namespace=namespace,
+    )
+    _emit(render_rules(opts), output)
+
+
+@app.command()
 def check(
     files: FilesArg,
     fail_on: FailOnOpt = None,

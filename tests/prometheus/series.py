@@ -175,3 +175,31 @@ def openmetrics(replicas: Sequence[Replica]) -> str:
 def span(replicas: Sequence[Replica]) -> tuple[datetime, datetime]:
     los, his = zip(*(r.span() for r in replicas), strict=True)
     return datetime.fromtimestamp(min(los), UTC), datetime.fromtimestamp(max(his), UTC)
+
+
+def blind(scenario: str, pod: str, instance: str) -> Replica:
+    """The recording as a store without a preemption counter sees it (an SGLang or vLLM
+    build that does not export one, or a scrape config that drops it)."""
+    r = replica(scenario, pod, instance)
+    del r.series["vllm:num_preemptions_total"]
+    return r
+
+
+def promtool_series(replicas: Sequence[Replica], interval: float) -> list[dict[str, str]]:
+    """input_series for `promtool test rules`: each replica's series from time 0 (its own
+    start), sampled every `interval` seconds with the last value at or before."""
+    out = []
+    for r in replicas:
+        lo, hi = r.span()
+        steps = int((hi - lo) // interval) + 1
+        for name, rows in sorted(r.series.items()):
+            for labels, pts in rows:
+                times = [t for t, _ in pts]
+                vals = []
+                for k in range(steps):
+                    i = bisect.bisect_right(times, lo + k * interval)
+                    vals.append(f"{pts[i - 1][1]:.17g}" if i else "_")
+                out.append(
+                    {"series": name + _labels({**r.target(), **labels}), "values": " ".join(vals)}
+                )
+    return out
