@@ -97,7 +97,10 @@ def _stats(scenario: str) -> list[tuple[float, dict[str, float]]]:
 
 
 def _counter_at(
-    name: str, t: float, scrapes: Sequence[tuple[float, dict[str, float], float]], pinned: list[float]
+    name: str,
+    t: float,
+    scrapes: Sequence[tuple[float, dict[str, float], float]],
+    pinned: list[float],
 ) -> float:
     times = [s[0] for s in scrapes]
     i = bisect.bisect_right(times, t)
