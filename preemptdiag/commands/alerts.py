@@ -62,13 +62,18 @@ def _series(quantities: Sequence[str], selector: str) -> str:
     return "{" + f'__name__=~"{names}"' + (f", {inner}" if inner else "") + "}"
 
 
+def _inner(selector: str) -> str:
+    """The selector's matchers in braces, or nothing (`name{}` reads oddly)."""
+    inner = selector.strip()[1:-1].strip().rstrip(",") if selector else ""
+    return "{" + inner + "}" if inner else ""
+
+
 def _per_name(quantities: Sequence[str], selector: str, agg: str, fn: str, rng: str) -> str:
     """`agg by (...) (fn(name{sel}[rng]))` for each name, joined by `or`: a range
     function drops the name, so one selector over several names could yield two series
     with one label set; with `or` the first name present wins per replica, as
     promscrape's order of preference does."""
-    inner = selector.strip()[1:-1].strip().rstrip(",") if selector else ""
-    sel = "{" + inner + "}" if inner else ""
+    sel = _inner(selector)
     by = _TARGET if agg == "max" else _BY
     terms = [f"{agg} by ({by}) ({fn}({n}{sel}[{rng}]))" for q in quantities for n in _names(q)]
     return f" or on ({by}) ".join(terms)
@@ -142,6 +147,12 @@ def rule_groups(o: AlertOptions) -> dict[str, Node]:
             "expr": _per_name(["preemptions_total"], sel, "sum", "increase", W),
         },
         {
+            "record": "preemptdiag:preemptions:total",
+            "expr": f" or on ({_BY}) ".join(
+                f"sum by ({_BY}) ({n}{_inner(sel)})" for n in _names("preemptions_total")
+            ),
+        },
+        {
             "record": "preemptdiag:preempting:window",
             "expr": "preemptdiag:preemptions:window > bool 0",
         },
@@ -161,6 +172,14 @@ def rule_groups(o: AlertOptions) -> dict[str, Node]:
         f" or on ({_BY}) "
         f"(preemptdiag:preemptions:window >= {per_window}"
         f" and on ({_BY}) {pinned_w} >= {pressure})"
+        # A counter this high with KV pinned and the queue growing: preempting for a
+        # while already, even where the span shows one window of it.
+        f" or on ({_BY}) "
+        f"(preemptdiag:preemptions:window > 0"
+        f" and on ({_BY}) max_over_time(preemptdiag:preemptions:total[{W}])"
+        f" >= {thr.thrash_cumulative}"
+        f" and on ({_BY}) {pinned_w} >= {pressure}"
+        f" and on ({_BY}) preemptdiag:waiting:sum - preemptdiag:waiting:sum offset {W} > 0)"
     )
     suspected = (
         f"{pinned_w} >= {pressure}"

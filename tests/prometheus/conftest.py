@@ -115,7 +115,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
         # Whole minutes around the data, and past its end by more than Prometheus'
         # 5-minute lookback, so every replica's last point is inside.
         yield Store(
-            url, lo.replace(second=0, microsecond=0), hi.replace(second=0) + timedelta(minutes=10)
+            url,
+            lo.replace(second=0, microsecond=0),
+            hi.replace(second=0, microsecond=0) + timedelta(minutes=10),
         )
     finally:
         proc.terminate()

@@ -37,7 +37,12 @@ def test_fleet_names_the_thrashing_replica_first_with_its_lever(
     assert code == 1  # thrash_loop is in the default --fail-on
     assert doc["schema"] == "preemptdiag/fleet"
     rows = {r["replica"]: r for r in doc["replicas"]}
-    assert [r["replica"] for r in doc["replicas"]][0] == "vllm-thrash-0"
+    assert [r["replica"] for r in doc["replicas"]] == [
+        "vllm-thrash-0",
+        "vllm-queueing-0",
+        "vllm-healthy-0",
+        "vllm-restarted-0",
+    ]
     assert {k: (r["class"], r["restarts"]) for k, r in rows.items()} == {
         "vllm-thrash-0": ("thrash_loop", 0),
         "vllm-queueing-0": ("queueing", 0),
