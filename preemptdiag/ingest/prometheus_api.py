@@ -247,11 +247,11 @@ class Client:
         except ValueError:
             kind = resp.headers.get("content-type", "no content type").split(";")[0]
             raise self._fail(
-                f"{where}{path} answered HTTP {resp.status_code} with {kind}, not the Prometheus "
+                f"{where}/{path} answered HTTP {resp.status_code} with {kind}, not the Prometheus "
                 "API's JSON: is the URL the API's base (e.g. http://prometheus:9090)?"
             ) from None
         if not isinstance(body, dict) or "status" not in body:
-            raise self._fail(f"{where}{path} answered JSON that is not a Prometheus API response")
+            raise self._fail(f"{where}/{path} answered JSON that is not a Prometheus API response")
         if body.get("status") != "success":
             kind = str(body.get("errorType") or f"HTTP {resp.status_code}")
             msg = " ".join(str(body.get("error") or "no error message").split())
