@@ -148,6 +148,24 @@ StepOpt = Annotated[
 ]
 
 
+FormatsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
+]
+OutputsOpt = Annotated[
+    list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
+]
+ColorOpt = Annotated[str, typer.Option("--color", help="auto|always|never")]
+
+
+def _check_formats(fmt: list[str] | None, color: str) -> None:
+    for f in fmt or []:
+        if f not in FORMATS:
+            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
+    if color not in ("auto", "always", "never"):
+        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+
+
 def _store(url: str | None, selector: str, step: str | None) -> Any:
     """--prometheus/--selector/--step as the pipeline's PromSource (None without a URL)."""
     from preemptdiag.ingest.prometheus_api import PromSource, check_selector
@@ -169,17 +187,12 @@ def analyze(
             help="Log files (plain, .gz, .bz2, .xz, .zst), Prometheus scrapes, or - for stdin."
         ),
     ] = None,
-    fmt: Annotated[
-        list[str] | None,
-        typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
-    ] = None,
-    output: Annotated[
-        list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
-    ] = None,
+    fmt: FormatsOpt = None,
+    output: OutputsOpt = None,
     window: WindowOpt = None,
     fail_on: FailOnOpt = None,
     signatures: SigOpt = None,
-    color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    color: ColorOpt = "auto",
     year: YearOpt = None,
     tz: TzOpt = None,
     boot_time: BootOpt = None,
@@ -205,11 +218,7 @@ def analyze(
     from preemptdiag.render import Format, render
     from preemptdiag.render.summary import verdict_line
 
-    for f in fmt or []:
-        if f not in FORMATS:
-            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
-    if color not in ("auto", "always", "never"):
-        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+    _check_formats(fmt, color)
     from preemptdiag.commands.options import build_options, plan_outputs
 
     plan = plan_outputs(fmt, list(output or []), files)
@@ -259,16 +268,11 @@ def fleet(
         str, typer.Option("--since", help="Start: 1h (ago), or a time as analyze takes.")
     ] = "1h",
     until: Annotated[str | None, typer.Option("--until", help="End (default: now).")] = None,
-    fmt: Annotated[
-        list[str] | None,
-        typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
-    ] = None,
-    output: Annotated[
-        list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
-    ] = None,
+    fmt: FormatsOpt = None,
+    output: OutputsOpt = None,
     window: WindowOpt = None,
     fail_on: FailOnOpt = None,
-    color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    color: ColorOpt = "auto",
     tz: TzOpt = None,
     strict: StrictOpt = False,
     config: ConfigOpt = None,
@@ -280,11 +284,7 @@ def fleet(
     from preemptdiag.commands.options import build_options, plan_outputs
     from preemptdiag.render.fleet import render_fleet
 
-    for f in fmt or []:
-        if f not in FORMATS:
-            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
-    if color not in ("auto", "always", "never"):
-        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+    _check_formats(fmt, color)
     plan = plan_outputs(fmt, list(output or []), [])
     opts = build_options(
         [], window, fail_on, None, None, tz, None, since, until, 1, False, strict, config

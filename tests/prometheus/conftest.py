@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -146,10 +147,7 @@ def auth_proxy(store: Store) -> Iterator[Proxy]:
             auth = self.headers.get("Authorization", "")
             seen.append(auth)
             if auth not in good:
-                self.send_response(401)
-                self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                self.wfile.write(b"unauthorized\n")
+                reply(self, 401, "text/plain", b"unauthorized\n")
                 return
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
             req = urllib.request.Request(store.url + self.path, data=body, method=self.command)
@@ -160,22 +158,32 @@ def auth_proxy(store: Store) -> Iterator[Proxy]:
                     status, data = r.status, r.read()
             except urllib.error.HTTPError as e:
                 status, data = e.code, e.read()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, status, "application/json", data)
 
         do_GET = do_POST = _forward
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    with serving(Gate) as url:
+        yield Proxy(url, seen)
+
+
+def reply(h: http.server.BaseHTTPRequestHandler, status: int, ctype: str, body: bytes) -> None:
+    h.send_response(status)
+    h.send_header("Content-Type", ctype)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A local HTTP server in a thread for the block; its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield Proxy(f"http://127.0.0.1:{server.server_address[1]}", seen)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import Proxy, Store, free_port
+from conftest import Proxy, Store, free_port, reply, serving
 
 from preemptdiag.cli import main
 from preemptdiag.ingest.prometheus_api import choose_step, restarts, shown_url
@@ -34,25 +33,15 @@ def html_server() -> Iterator[str]:
 
     class Page(http.server.BaseHTTPRequestHandler):
         def _page(self) -> None:
-            body = b"<html><body>Grafana login</body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, 200, "text/html; charset=utf-8", b"<html><body>Grafana login</body></html>")
 
         do_GET = do_POST = _page
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Page) as url:
+        yield url
 
 
 def test_unreachable_store(capsys: pytest.CaptureFixture[str]) -> None:
