@@ -151,7 +151,7 @@ def fleet_dict(report: FleetReport) -> dict[str, JSONValue]:
 
 
 def render_fleet_json(report: FleetReport) -> str:
-    return json.dumps(fleet_dict(report), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    return json.dumps(fleet_dict(report), indent=2, allow_nan=False) + "\n"
 
 
 def render_fleet_sarif(report: FleetReport) -> str:
