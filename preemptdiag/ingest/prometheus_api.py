@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -291,9 +292,14 @@ def _matrix(data: Any, shown: str) -> list[tuple[dict[str, str], list[tuple[floa
     return out
 
 
-def _query(name: str, how: str, selector: str) -> str:
-    agg = "max" if how == _MAX else "sum"
-    return f"{agg} by ({', '.join(REPLICA_LABELS)}) ({name}{selector})"
+def _query(name: str, how: str, selector: str, step: int) -> str:
+    """A gauge read for its peak takes the highest sample of each step (a step longer
+    than the scrape interval would otherwise skip samples, and the KV peak with them);
+    counters and queue lengths take the last sample, as a scrape would."""
+    by = ", ".join(REPLICA_LABELS)
+    if how == _MAX:
+        return f"max by ({by}) (max_over_time({name}{selector}[{step}s]))"
+    return f"sum by ({by}) ({name}{selector})"
 
 
 _Key = tuple[str, ...]  # the REPLICA_LABELS values of one replica
@@ -329,7 +335,7 @@ def read_fleet(
         series: dict[tuple[_Key, str], tuple[str, dict[float, float]]] = {}
         for key, how, name, scale in wanted:
             params = {
-                "query": _query(name, how, selector),
+                "query": _query(name, how, selector, step),
                 "start": _unix(start),
                 "end": _unix(end),
                 "step": str(step),
@@ -405,26 +411,30 @@ def _same_target(a: _Key, b: _Key) -> bool:
 
 
 def _names(keys: Sequence[_Key]) -> dict[_Key, str]:
-    """Short unique names: the pod (else instance, else job), qualified by namespace,
-    engine index and instance only where needed to tell two apart."""
+    """Short unique names: the pod (else instance, else job); only replicas that would
+    share a name get the engine index, then the namespace, then every label."""
     lab = {name: i for i, name in enumerate(REPLICA_LABELS)}
 
     def name(k: _Key, level: int) -> str:
         base = k[lab["pod"]] or k[lab["instance"]] or k[lab["job"]] or "prometheus"
-        if level == 0:
-            return base
-        qualified = "/".join(p for p in (k[lab["namespace"]], base) if p)
-        if level == 1:
-            return qualified
-        if level == 2:
-            return qualified + (f"[engine={k[lab['engine']]}]" if k[lab["engine"]] else "")
-        return ",".join(f"{n}={k[i]}" for n, i in lab.items() if k[i]) or "prometheus"
+        engine = f"[engine={k[lab['engine']]}]" if k[lab["engine"]] else ""
+        spaced = "/".join(p for p in (k[lab["namespace"]], base) if p)
+        if level == 4:
+            return ",".join(f"{n}={k[i]}" for n, i in lab.items() if k[i]) or "prometheus"
+        return (base, base + engine, spaced, spaced + engine)[level]
 
-    for level in range(4):
-        named = {k: name(k, level) for k in keys}
-        if len(set(named.values())) == len(keys):
+    level = dict.fromkeys(keys, 0)
+    for _ in range(4):
+        named = {k: name(k, level[k]) for k in keys}
+        seen = Counter(named.values())
+        clash = [k for k in keys if seen[named[k]] > 1]
+        if not clash:
             return named
-    return {k: f"{name(k, 3)}#{i}" for i, k in enumerate(keys)}
+        for k in clash:
+            level[k] += 1
+    named = {k: name(k, level[k]) for k in keys}
+    seen = Counter(named.values())
+    return {k: f"{n}#{i}" if seen[n] > 1 else n for i, (k, n) in enumerate(named.items())}
 
 
 def restarts(scrapes: Iterable[Scrape]) -> int:

@@ -48,27 +48,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _args(since: datetime, until: datetime) -> list[str]:
+    return ["--since", f"{since:%Y-%m-%dT%H:%M:%SZ}", "--until", f"{until:%Y-%m-%dT%H:%M:%SZ}"]
+
+
+def _around(lo: datetime, hi: datetime) -> tuple[datetime, datetime]:
+    """Whole minutes around the data, and past its end by more than Prometheus'
+    5-minute lookback, so every replica's last point is inside."""
+    end = hi.replace(second=0, microsecond=0) + timedelta(minutes=10)
+    return lo.replace(second=0, microsecond=0), end
+
+
 @dataclass(frozen=True)
 class Store:
     url: str
     since: datetime
     until: datetime
+    lab: tuple[datetime, datetime]  # the span of series.lab()
 
     def span_args(self) -> list[str]:
-        return [
-            "--since",
-            f"{self.since:%Y-%m-%dT%H:%M:%SZ}",
-            "--until",
-            f"{self.until:%Y-%m-%dT%H:%M:%SZ}",
-        ]
+        return _args(self.since, self.until)
+
+    def lab_args(self) -> list[str]:
+        return _args(*self.lab)
 
 
 @pytest.fixture(scope="session")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     promtool, prometheus = tool("promtool"), tool("prometheus")
     root = tmp_path_factory.mktemp("prometheus")
-    replicas = series.fleet()
-    (root / "series.om").write_text(series.openmetrics(replicas))
+    replicas, lab = series.fleet(), series.lab()
+    (root / "series.om").write_text(series.openmetrics(replicas + lab))
     subprocess.run(
         [
             promtool,
@@ -112,14 +122,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
                     f"prometheus did not start: {(root / 'prometheus.log').read_text()[-2000:]}"
                 )
             time.sleep(0.1)
-        lo, hi = series.span(replicas)
-        # Whole minutes around the data, and past its end by more than Prometheus'
-        # 5-minute lookback, so every replica's last point is inside.
-        yield Store(
-            url,
-            lo.replace(second=0, microsecond=0),
-            hi.replace(second=0, microsecond=0) + timedelta(minutes=10),
-        )
+        yield Store(url, *_around(*series.span(replicas)), _around(*series.span(lab)))
     finally:
         proc.terminate()
         try:

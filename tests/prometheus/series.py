@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ENGINE = Path(__file__).resolve().parent.parent / "fixtures" / "engine" / "vllm-0.32.0"
 
@@ -41,12 +42,18 @@ class Replica:
 
     pod: str
     instance: str
+    namespace: str = "serving"
     series: dict[str, list[tuple[dict[str, str], list[tuple[float, float]]]]] = field(
         default_factory=dict
     )
 
     def target(self) -> dict[str, str]:
-        return {"job": "vllm", "namespace": "serving", "pod": self.pod, "instance": self.instance}
+        return {
+            "job": "vllm",
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "instance": self.instance,
+        }
 
     def span(self) -> tuple[float, float]:
         ts = [t for rows in self.series.values() for _, pts in rows for t, _ in pts]
@@ -117,15 +124,23 @@ def _counter_at(
     return a[name] + round(rise * (t - t0) / (t1 - t0))
 
 
-def replica(scenario: str, pod: str, instance: str, *, shift: float = 0.0) -> Replica:
+def replica(
+    scenario: str,
+    pod: str,
+    instance: str,
+    *,
+    shift: float = 0.0,
+    namespace: str = "serving",
+    engine_index: str = "0",
+) -> Replica:
     scrapes = _scrapes(scenario)
     stats = _stats(scenario)
     points = sorted(
         [(t, g) for t, g in stats] + [(t, {k: v[k] for k in GAUGES}) for t, v, _ in scrapes]
     )
     pinned = [t for t, g in points if g[GAUGES[2]] >= PINNED]
-    r = Replica(pod, instance)
-    engine = {"engine": "0", "model_name": "tiny-llama"}
+    r = Replica(pod, instance, namespace)
+    engine = {"engine": engine_index, "model_name": "tiny-llama"}
     for name in GAUGES:
         r.series[name] = [(engine, [(t + shift, g[name]) for t, g in points])]
     for name in COUNTERS:
@@ -155,6 +170,48 @@ def fleet() -> list[Replica]:
         replica("queueing", "vllm-queueing-0", "10.0.0.2:8000"),
         replica("thrash_loop", "vllm-thrash-0", "10.0.0.3:8000"),
         restarted("healthy", "vllm-restarted-0", "10.0.0.4:8000"),
+    ]
+
+
+LAB_SHIFT = -86_400.0  # the lab replicas: a day before the fleet, in namespace "lab"
+SGLANG_NAMES = {
+    "vllm:num_requests_running": "sglang:num_running_reqs",
+    "vllm:num_requests_waiting": "sglang:num_queue_reqs",
+    "vllm:kv_cache_usage_perc": "sglang:token_usage",
+    "vllm:num_preemptions_total": "sglang:num_retracted_requests_total",
+    "vllm:prompt_tokens_total": "sglang:prompt_tokens_total",
+    "vllm:generation_tokens_total": "sglang:generation_tokens_total",
+    "vllm:request_success_total": "sglang:num_requests_total",
+}
+
+
+def renamed(r: Replica, names: dict[str, str], drop_engine: bool = False) -> Replica:
+    """The same values under another engine's or release's metric names."""
+    out = Replica(r.pod, r.instance, r.namespace)
+    for name, rows in r.series.items():
+        out.series[names.get(name, name)] = [
+            ({k: v for k, v in labels.items() if not (drop_engine and k == "engine")}, pts)
+            for labels, pts in rows
+        ]
+    return out
+
+
+def lab() -> list[Replica]:
+    """Other engines and releases, a day earlier: an SGLang replica (its own metric
+    names, no engine label) serving the thrash recording, a vLLM before 0.10 (the
+    gpu_cache_usage_perc name) serving the queueing one, and one pod with two
+    data-parallel engines, engine 0 healthy and engine 1 thrashing (thrash_halved)."""
+    at: dict[str, Any] = {"shift": LAB_SHIFT, "namespace": "lab"}
+    dp_second = replica("thrash_halved", "vllm-dp-0", "10.1.0.3:8000", engine_index="1", **at)
+    del dp_second.series["process_start_time_seconds"]  # one pod, one process
+    return [
+        renamed(replica("thrash_loop", "sglang-0", "10.1.0.1:30000", **at), SGLANG_NAMES, True),
+        renamed(
+            replica("queueing", "vllm-old-0", "10.1.0.2:8000", **at),
+            {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"},
+        ),
+        replica("healthy", "vllm-dp-0", "10.1.0.3:8000", **at),
+        dp_second,
     ]
 
 

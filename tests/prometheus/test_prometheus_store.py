@@ -198,3 +198,40 @@ def test_healthy_replica_alone_passes(capsys: pytest.CaptureFixture[str], store:
     )  # fmt: skip
     assert code == 0
     assert out.startswith("healthy [")
+
+
+def test_fleet_of_other_engines_and_releases(
+    capsys: pytest.CaptureFixture[str], store: Store
+) -> None:
+    """Names are asked of the store, not fixed to one release: SGLang's own names, a
+    vLLM's older KV gauge, and two data-parallel engines of one pod as two replicas."""
+    code, out, err = run(
+        capsys, "fleet", "--prometheus", store.url, *store.lab_args(),
+        "--selector", '{namespace="lab"}', "-f", "json",
+    )  # fmt: skip
+    assert (code, err) == (1, "")
+    doc = json.loads(out)
+    got = {
+        r["replica"]: (r["class"], r["engine"], r["preemptions"], round(r["kv_peak_pct"], 2))
+        for r in doc["replicas"]
+    }
+    assert got == {
+        "sglang-0": ("thrash_loop", "sglang", 1982, 100.0),
+        "vllm-dp-0[engine=1]": ("thrash_loop", "vllm", 695, 100.0),
+        # ground_truth.json: KV max 44.31 %, thrash_halved 695 preemptions.
+        "vllm-old-0": ("queueing", "vllm", 0, 44.31),
+        "vllm-dp-0[engine=0]": ("healthy", "vllm", 0, 0.8),  # the log line rounds to 0.8 %
+    }
+    assert [r["replica"] for r in doc["replicas"]][2:] == ["vllm-old-0", "vllm-dp-0[engine=0]"]
+    assert doc["replicas"][0]["labels"] == {
+        "instance": "10.1.0.1:30000",
+        "job": "vllm",
+        "namespace": "lab",
+        "pod": "sglang-0",
+    }
+    # The fleet's span holds none of these: discovery is per span.
+    code, out, err = run(
+        capsys, "fleet", "--prometheus", store.url, *store.span_args(),
+        "--selector", '{namespace="lab"}',
+    )  # fmt: skip
+    assert code == 2 and "has no vLLM or SGLang series matching" in err
