@@ -29,6 +29,10 @@ import pytest
 import series
 
 
+# A thrash_loop run of the real engine scraped by a real Prometheus every 5 s.
+REAL_SCRAPE = series.ENGINE / "thrash_loop_prometheus"
+
+
 def tool(name: str) -> str:
     path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
     if path:
@@ -79,18 +83,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     root = tmp_path_factory.mktemp("prometheus")
     replicas, lab = series.fleet(), series.lab()
     (root / "series.om").write_text(series.openmetrics(replicas + lab))
-    subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(root / "series.om"),
-            str(root / "tsdb"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    # The built series, and what a real Prometheus scraped from the real engine
+    # (bench/engine, PREEMPTDIAG_ENGINE_PROMETHEUS=1): separate files, separate blocks.
+    for om in (root / "series.om", REAL_SCRAPE / "prometheus.om"):
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(root / "tsdb")],
+            check=True,
+            capture_output=True,
+        )
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
     port = free_port()
     log = (root / "prometheus.log").open("w")

@@ -223,6 +223,8 @@ def test_fleet_of_other_engines_and_releases(
         "vllm-dp-0[engine=0]": ("healthy", "vllm", 0, 0.8),  # the log line rounds to 0.8 %
     }
     assert [r["replica"] for r in doc["replicas"]][2:] == ["vllm-old-0", "vllm-dp-0[engine=0]"]
+    # SGLang's knob, not vLLM's: the engine comes from the metric names.
+    assert doc["replicas"][0]["lever"]["knob"] == "--max-running-requests"
     assert doc["replicas"][0]["labels"] == {
         "instance": "10.1.0.1:30000",
         "job": "vllm",
