@@ -160,7 +160,7 @@ def credentials(url: str, env: Mapping[str, str] | None = None) -> Credentials:
 def check_selector(selector: str) -> str:
     """The selector, stripped, or a DiagError before any query is sent."""
     sel = selector.strip()
-    if not sel:
+    if not sel or sel.replace(" ", "") == "{}":
         return ""
     if not _SELECTOR.fullmatch(sel):
         raise DiagError(
@@ -266,7 +266,7 @@ def _unix(t: datetime) -> str:
 
 def metric_names(client: Client, selector: str, start: datetime, end: datetime) -> set[str]:
     params: dict[str, str | Sequence[str]] = {"start": _unix(start), "end": _unix(end)}
-    if selector and selector.replace(" ", "") != "{}":
+    if selector:
         params["match[]"] = [selector]
     data = client.api("api/v1/label/__name__/values", params)
     if not isinstance(data, list):
@@ -278,13 +278,17 @@ def _matrix(data: Any, shown: str) -> list[tuple[dict[str, str], list[tuple[floa
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise DiagError(f"Prometheus at {shown}: a range query did not return a matrix")
     out: list[tuple[dict[str, str], list[tuple[float, float]]]] = []
-    for series in data.get("result") or []:
-        labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+    result = data.get("result") or []
+    if not isinstance(result, list) or not all(isinstance(x, dict) for x in result):
+        raise DiagError(f"Prometheus at {shown}: a range query's result is not a list of series")
+    for series in result:
+        metric = series.get("metric")
+        labels = {str(k): str(v) for k, v in metric.items()} if isinstance(metric, dict) else {}
         points: list[tuple[float, float]] = []
         for pair in series.get("values") or []:
             try:
                 ts, value = float(pair[0]), float(pair[1])
-            except (TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, IndexError, KeyError):
                 continue
             if math.isfinite(value):  # NaN/Inf: a stale marker or an empty histogram
                 points.append((ts, value))

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 import series
 
-
 # A thrash_loop run of the real engine scraped by a real Prometheus every 5 s.
 REAL_SCRAPE = series.ENGINE / "thrash_loop_prometheus"
 

@@ -211,3 +211,42 @@ def test_restarts_by_start_time_or_counter_reset() -> None:
     assert restarts([_scrape(0, 100.0, 50.0), _scrape(1, 200.0, 80.0)]) == 1
     assert restarts([_scrape(0, 100.0, 50.0), _scrape(1, 100.0, 3.0)]) == 1
     assert restarts([_scrape(0, 100.0, 50.0), _scrape(1, 100.0, 60.0)]) == 0
+
+
+def test_since_takes_a_duration_ago() -> None:
+    from preemptdiag.commands.options import parse_time
+
+    got = parse_time("90m", "--since")
+    assert got is not None
+    ago = datetime.now(UTC) - got
+    assert timedelta(minutes=89, seconds=59) < ago < timedelta(minutes=90, seconds=5)
+    assert parse_time("2d", "--since") is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"data": []}', "answered JSON that is not a Prometheus API response"),
+        (
+            b'{"status": "success", "data": ["vllm:num_requests_running"]}',
+            "a range query did not return a matrix",
+        ),
+    ],
+)
+def test_json_that_is_not_the_api(
+    capsys: pytest.CaptureFixture[str], body: bytes, message: str
+) -> None:
+    """A JSON service at the URL, or a store whose answers do not have the API's shape."""
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            reply(self, 200, "application/json", body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Api) as url:
+        msg = fail_line(capsys, "fleet", "--prometheus", url)
+    assert message in msg and msg.startswith(f"Prometheus at {url}")
