@@ -132,22 +132,67 @@ MaxEventsOpt = Annotated[
 NoRedactOpt = Annotated[bool, typer.Option("--no-redact", help="Do not redact secrets/prompts.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 2 when no evidence is found.")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: search).")]
+PromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus",
+        help="Prometheus-API store to read (http://prometheus:9090); auth from "
+        "PREEMPTDIAG_PROMETHEUS_TOKEN(_FILE) or _USER/_PASSWORD(_FILE).",
+    ),
+]
+SelectorOpt = Annotated[
+    str, typer.Option("--selector", help="Label selector for the store, e.g. '{namespace=\"x\"}'.")
+]
+StepOpt = Annotated[
+    str | None, typer.Option("--step", help="Query step (default: 15s, at most the window).")
+]
+
+
+FormatsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
+]
+OutputsOpt = Annotated[
+    list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
+]
+ColorOpt = Annotated[str, typer.Option("--color", help="auto|always|never")]
+
+
+def _check_formats(fmt: list[str] | None, color: str) -> None:
+    for f in fmt or []:
+        if f not in FORMATS:
+            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
+    if color not in ("auto", "always", "never"):
+        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+
+
+def _store(url: str | None, selector: str, step: str | None) -> Any:
+    """--prometheus/--selector/--step as the pipeline's PromSource (None without a URL)."""
+    from preemptdiag.ingest.prometheus_api import PromSource, check_selector
+    from preemptdiag.model.config import parse_duration
+
+    if url is None:
+        if selector or step:
+            raise DiagError("--selector and --step need --prometheus URL")
+        return None
+    step_s = parse_duration(step) if step else None
+    return PromSource(url=url, selector=check_selector(selector), step_s=step_s)
 
 
 @app.command()
 def analyze(
-    files: FilesArg,
-    fmt: Annotated[
+    files: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", help="terminal|markdown|json|sarif (repeatable)."),
+        typer.Argument(
+            help="Log files (plain, .gz, .bz2, .xz, .zst), Prometheus scrapes, or - for stdin."
+        ),
     ] = None,
-    output: Annotated[
-        list[Path] | None, typer.Option("--output", "-o", help="File for the matching --format.")
-    ] = None,
+    fmt: FormatsOpt = None,
+    output: OutputsOpt = None,
     window: WindowOpt = None,
     fail_on: FailOnOpt = None,
     signatures: SigOpt = None,
-    color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    color: ColorOpt = "auto",
     year: YearOpt = None,
     tz: TzOpt = None,
     boot_time: BootOpt = None,
@@ -161,17 +206,19 @@ def analyze(
         bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")
     ] = False,
     config: ConfigOpt = None,
+    prometheus: PromOpt = None,
+    selector: SelectorOpt = "",
+    step: StepOpt = None,
 ) -> None:
     """Classify each time window and recommend the ONE lever to change next."""
+    from dataclasses import replace
+
+    files = files or []
     from preemptdiag.commands.analyze import run_analysis
     from preemptdiag.render import Format, render
     from preemptdiag.render.summary import verdict_line
 
-    for f in fmt or []:
-        if f not in FORMATS:
-            raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
-    if color not in ("auto", "always", "never"):
-        raise DiagError(f"--color must be auto, always or never, not {color!r}")
+    _check_formats(fmt, color)
     from preemptdiag.commands.options import build_options, plan_outputs
 
     plan = plan_outputs(fmt, list(output or []), files)
@@ -192,6 +239,7 @@ def analyze(
         config,
         max_events,
     )
+    opts = replace(opts, prometheus=_store(prometheus, selector, step))
     from preemptdiag.render.progress import progress_factory
 
     outcome = run_analysis(opts, progress=progress_factory(not quiet))
@@ -202,6 +250,89 @@ def analyze(
         use_color = dest is None and _want_color(color, sys.stdout)
         _emit(render(outcome.report, Format(f), color=use_color, width=_width()), dest)
     raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def fleet(
+    prometheus: Annotated[
+        str,
+        typer.Option(
+            "--prometheus",
+            help="Prometheus-API store (http://prometheus:9090); auth from "
+            "PREEMPTDIAG_PROMETHEUS_TOKEN(_FILE) or _USER/_PASSWORD(_FILE).",
+        ),
+    ],
+    selector: SelectorOpt = "",
+    step: StepOpt = None,
+    since: Annotated[
+        str, typer.Option("--since", help="Start: 1h (ago), or a time as analyze takes.")
+    ] = "1h",
+    until: Annotated[str | None, typer.Option("--until", help="End (default: now).")] = None,
+    fmt: FormatsOpt = None,
+    output: OutputsOpt = None,
+    window: WindowOpt = None,
+    fail_on: FailOnOpt = None,
+    color: ColorOpt = "auto",
+    tz: TzOpt = None,
+    strict: StrictOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Every replica in a Prometheus store classified by analyze's rules, worst first."""
+    from dataclasses import replace
+
+    from preemptdiag.commands.fleet import run_fleet
+    from preemptdiag.commands.options import build_options, plan_outputs
+    from preemptdiag.render.fleet import render_fleet
+
+    _check_formats(fmt, color)
+    plan = plan_outputs(fmt, list(output or []), [])
+    opts = build_options(
+        [], window, fail_on, None, None, tz, None, since, until, 1, False, strict, config
+    )
+    outcome = run_fleet(replace(opts, prometheus=_store(prometheus, selector, step)))
+    for f, dest in plan:
+        use_color = dest is None and _want_color(color, sys.stdout)
+        _emit(render_fleet(outcome.report, f, color=use_color), dest)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def alerts(
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="rules (a rules file) | k8s (PrometheusRule).")
+    ] = "rules",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file.")
+    ] = None,
+    prometheus: Annotated[
+        str,
+        typer.Option("--prometheus", help="Store URL the annotations' analyze command reads."),
+    ] = "http://prometheus:9090",
+    selector: SelectorOpt = "",
+    window: WindowOpt = None,
+    name: Annotated[str, typer.Option("--name", help="PrometheusRule name (k8s).")] = "preemptdiag",
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="PrometheusRule namespace (k8s).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """The classification thresholds as Prometheus recording and alerting rules."""
+    from preemptdiag.commands.alerts import AlertOptions, render_rules
+    from preemptdiag.ingest.prometheus_api import shown_url
+    from preemptdiag.model.config import load_config, parse_duration
+
+    cfg = load_config(config)
+    opts = AlertOptions(
+        thresholds=cfg.thresholds,
+        window_seconds=parse_duration(window or cfg.window or "60s"),
+        selector=selector,
+        # An annotation is read by everyone who sees the alert: never a credential.
+        prometheus_url=shown_url(prometheus) or prometheus,
+        fmt=fmt,
+        name=name,
+        namespace=namespace,
+    )
+    _emit(render_rules(opts), output)
 
 
 @app.command()

@@ -54,6 +54,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "medium", True, None, 0),
         Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
     ),
+    # A second thrash_loop run whose counter a real Prometheus scraped (prometheus.om,
+    # judged with the store in tests/prometheus/): no scrape files, so the log alone.
+    "thrash_loop_prometheus": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("insufficient_evidence", "medium", True, None, 0),
+    ),
     # The same load at --max-num-seqs 64, the old tool's "halve it" lever: still 695
     # preemptions, fewer requests completed.
     "thrash_halved": (

@@ -921,10 +921,21 @@ def run_scenario(sc: Scenario, fix_override: int | None) -> dict[str, Any]:
                 cpu.throttle(worker)
                 truth["worker_throttled_pid"] = worker
         if state == "up":
-            scraper.scrape("before")
-            if sc.load is not None:
-                client = run_load(sc, server, scraper, outdir, cpu)
-            scraper.scrape("after")
+            prom = None
+            if os.environ.get("PREEMPTDIAG_ENGINE_PROMETHEUS") == "1":
+                from prom_scrape import PromScraper  # a real Prometheus scrapes it too
+
+                prom = PromScraper(server.base, sc.name, outdir)
+            try:
+                scraper.scrape("before")
+                if sc.load is not None:
+                    client = run_load(sc, server, scraper, outdir, cpu)
+                scraper.scrape("after")
+                if prom is not None:
+                    truth["prometheus_om"] = prom.export().name
+            finally:
+                if prom is not None:
+                    prom.stop()
         truth.update(server.stop())
         stopped = True
     finally:

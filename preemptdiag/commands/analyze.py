@@ -28,7 +28,8 @@ from preemptdiag.commands.notes import (
 )
 from preemptdiag.diagnose.advice import choose_lever
 from preemptdiag.diagnose.rules import classify, verdict
-from preemptdiag.diagnose.visibility import preemption_visibility
+from preemptdiag.diagnose.visibility import Visibility, preemption_visibility
+from preemptdiag.ingest.prometheus_api import PromSource
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
@@ -36,8 +37,10 @@ from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import (
     Class,
+    EngineInfo,
     Event,
     Hit,
+    Lever,
     Report,
     ScanStats,
     Verdict,
@@ -76,6 +79,7 @@ class Options:
     strict: bool = False
     max_events: int | None = None  # signal lines kept at most (limits.py); None: no limit
     rollup: bool = True  # merge stats lines per stream and minute when exact (rollup.py)
+    prometheus: PromSource | None = None  # a Prometheus-API store read beside the files
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,47 +173,42 @@ def _in_background(work: Callable[[], None]) -> Iterator[None]:
         thread.join()
 
 
-def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
-    if not opts.files:
-        raise DiagError("no input files (pass one or more logs, or - for stdin)")
-    if opts.files.count("-") > 1:
-        raise DiagError("stdin (-) can be read only once; pass it once")
-    sigs = load(opts.signatures_dir)
-    sources = [open_source(f) for f in opts.files]
-    logs = [s for s in sources if not looks_like_prometheus(s.head)]
-    proms = [s for s in sources if looks_like_prometheus(s.head)]
-    rollup = opts.rollup and _rollup_exact(opts)
-    matcher = Matcher(sigs)
-    results = scan_sources(
-        logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
-    )
-    hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
-        (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
-    ]
-    events = build_events(hits_by_source, opts.time)
-    notes: list[str] = rotation_notes(events)
-    events = attach_system_sources(events, notes)
-    if proms:
-        replicas = sorted({e.replica for e in events}) or ["metrics"]
-        if len(replicas) > 1:
-            notes.append(f"/metrics scrapes attached to {replicas[0]} (several replicas present)")
-        # One counter series across all scrape files: deltas run from file to file.
-        scrapes, unplaced = placed_scrapes(proms, events)
-        if unplaced:
-            notes.append(
-                f"/metrics: {', '.join(unplaced)} carry no time of their own and their file "
-                "times fall outside the log's span (or are one copy time), so they cannot be "
-                "placed on its timeline and were not used (scrape with `date -u` or `# scraped_at: ...` first, or "
-                "keep file times: cp -p)"
-            )
-        if scrapes:
-            events.extend(scrape_events(scrapes, replicas[0]))
-            notes.append(scrape_note(summarize(scrapes)))
-        events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
-    # Configuration and capacity are facts of a replica, whatever --since/--until
-    # keep: the filter narrows the windows and their evidence, not what the engine is.
-    unfiltered = events
-    since, until = _time_range(opts, events)
+def store_span(opts: Options, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The span a store is read over: --since/--until, else the last hour. A bare
+    time of day is today's (a store has no first log line to take a date from)."""
+    end = opts.until or (now or datetime.now(UTC))
+    start = opts.since or end - timedelta(hours=1)
+    if any(opts.clock_range):
+        today = datetime.now(opts.time.tz).date()
+        if opts.clock_range[0]:
+            start = datetime.combine(today, start.timetz().replace(tzinfo=None), opts.time.tz)
+        if opts.clock_range[1]:
+            end = datetime.combine(today, end.timetz().replace(tzinfo=None), opts.time.tz)
+            if end <= start:
+                end += timedelta(days=1)
+    return start.astimezone(UTC), end.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What the rules make of one set of events: its windows, verdict and lever."""
+
+    verdict: Verdict
+    windows: list[Window]
+    lever: Lever
+    info: EngineInfo
+    visibility: Visibility
+    events: list[Event]  # within --since/--until
+
+
+def judge(
+    unfiltered: Sequence[Event],
+    opts: Options,
+    since: datetime | None,
+    until: datetime | None,
+) -> Judgement:
+    """The one path from events to verdict and lever (analyze's and fleet's)."""
+    events = list(unfiltered)
     if since or until:
         events = [
             e
@@ -231,6 +230,71 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         v = replace(v, why=_filtered_out(unfiltered, since, until), filtered_out=True)
     facts = read_facts(_replica_events(unfiltered, v.replica))
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
+    return Judgement(v, windows, lever, info, vis, events)
+
+
+def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
+    if not opts.files and opts.prometheus is None:
+        raise DiagError("no input files (pass one or more logs, or - for stdin)")
+    if opts.files.count("-") > 1:
+        raise DiagError("stdin (-) can be read only once; pass it once")
+    sigs = load(opts.signatures_dir)
+    sources = [open_source(f) for f in opts.files]
+    logs = [s for s in sources if not looks_like_prometheus(s.head)]
+    proms = [s for s in sources if looks_like_prometheus(s.head)]
+    rollup = opts.rollup and _rollup_exact(opts)
+    matcher = Matcher(sigs)
+    results = scan_sources(
+        logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
+    )
+    hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
+        (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
+    ]
+    events = build_events(hits_by_source, opts.time)
+    notes: list[str] = rotation_notes(events)
+    events = attach_system_sources(events, notes)
+    store: tuple[str, int] | None = None  # (shown URL, replicas) of a store read
+    if proms:
+        replicas = sorted({e.replica for e in events}) or ["metrics"]
+        if len(replicas) > 1:
+            notes.append(f"/metrics scrapes attached to {replicas[0]} (several replicas present)")
+        # One counter series across all scrape files: deltas run from file to file.
+        scrapes, unplaced = placed_scrapes(proms, events)
+        if unplaced:
+            notes.append(
+                f"/metrics: {', '.join(unplaced)} carry no time of their own and their file "
+                "times fall outside the log's span (or are one copy time), so they cannot be "
+                "placed on its timeline and were not used (scrape with `date -u` or `# scraped_at: ...` first, or "
+                "keep file times: cp -p)"
+            )
+        if scrapes:
+            events.extend(scrape_events(scrapes, replicas[0]))
+            notes.append(scrape_note(summarize(scrapes)))
+        events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
+    if opts.prometheus is not None:
+        from preemptdiag.ingest.prometheus_api import read_fleet
+        from preemptdiag.timeline.store import store_events
+
+        start, end = store_span(opts)
+        fleet = read_fleet(opts.prometheus, start, end, opts.window_seconds)
+        store_evs, store_notes = store_events(fleet, events)
+        store = (fleet.url, len(fleet.replicas))
+        events.extend(store_evs)
+        notes.extend(store_notes)
+        events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
+    # Configuration and capacity are facts of a replica, whatever --since/--until
+    # keep: the filter narrows the windows and their evidence, not what the engine is.
+    unfiltered = events
+    since, until = _time_range(opts, events)
+    j = judge(unfiltered, opts, since, until)
+    v, windows, lever, info, vis, events = (
+        j.verdict,
+        j.windows,
+        j.lever,
+        j.info,
+        j.visibility,
+        j.events,
+    )
     redactor = Redactor(enabled=opts.redact)
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
     windows = [_redact_window(w, redactor) for w in windows]
@@ -239,6 +303,12 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     notes.extend(replica_notes(windows, opts.fail_on))
     notes.extend(spread_notes(windows))
     stats = _scan_stats(results, logs, proms)
+    if store is not None:
+        stats = replace(
+            stats,
+            files=(*stats.files, store[0]),
+            recognised={**stats.recognised, "prometheus replicas": store[1]},
+        )
     report = Report(
         verdict=v,
         lever=lever,
@@ -253,6 +323,11 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
             unfiltered,
             {
                 **{p.name: "scrape stamps or file time" for p in proms},
+                **{
+                    e.source: "the store's sample times"
+                    for e in unfiltered
+                    if store and e.engine == "prometheus"
+                },
                 **{src.name: how_dated(r, opts.time) for r, src in zip(results, logs, strict=True)},
             },
         ),

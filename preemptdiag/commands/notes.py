@@ -52,7 +52,7 @@ def visibility_notes(
     ):
         notes.append(f"preemption visibility: {visibility}")
     total_lines = sum(r.lines_read for r in results)
-    if total_lines == 0:
+    if results and total_lines == 0:  # no log at all (scrapes, a store) is not empty input
         notes.append("the input was empty")
     return notes
 

@@ -3,6 +3,7 @@ windows and limits, shared by every command (each bad value is one clear error).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,20 @@ from preemptdiag.model.errors import DiagError
 from preemptdiag.scan.limits import default_max_events
 from preemptdiag.timeline.events import TimeContext
 
+_AGO = re.compile(r"(\d{1,6}(?:\.\d+)?)\s*([smhd])")
+
 
 def parse_time(text: str | None, flag: str) -> datetime | None:
     if text is None:
         return None
     from preemptdiag.model.timeparse import parse_any, parse_iso
 
+    ago = _AGO.fullmatch(text.strip().lower())
+    if ago:  # `--since 1h`: that long before now (a store's history, not a log's)
+        from datetime import UTC, timedelta
+
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[ago.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=float(ago.group(1)) * unit)
     dt = parse_iso(text) or parse_any(text)
     if dt is None:
         raise DiagError(
@@ -29,8 +38,6 @@ def parse_time(text: str | None, flag: str) -> datetime | None:
 
 def clock_only(text: str | None) -> bool:
     """`--since 16:07`: a time of day, read on the log's own date (not today's)."""
-    import re
-
     return text is not None and re.fullmatch(r"\s*\d{1,2}:\d\d(?::\d\d)?\s*", text) is not None
 
 

@@ -44,8 +44,14 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
     cumulative preemption count (its deltas are spread like V0's sampled counter)."""
     out: list[Event] = []
     prev: float | None = None
+    prev_start: float | None = None
     for i, s in enumerate(sorted(scrapes, key=lambda s: (s.ts is None, s.ts or _EPOCH))):
         v = s.values
+        # A restart resets the counter even when it has climbed past its old value
+        # by the next point (a store's step can span a restart and some minutes).
+        start = v.get("process_start_time_seconds")
+        restarted = prev_start is not None and start is not None and start > prev_start + 1.0
+        prev_start = start if start is not None else prev_start
         gauges: dict[str, FieldValue] = {
             "kv_usage": v.get("kv_usage_perc"),
             "running": int(v["running"]) if "running" in v else None,
@@ -81,7 +87,7 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
         total = v.get("preemptions_total")
         if total is None:
             continue
-        delta = 0.0 if prev is None else (total - prev if total >= prev else total)
+        delta = 0.0 if prev is None else (total if restarted or total < prev else total - prev)
         prev = total
         name = "vllm:num_preemptions_total" if s.engine != "sglang" else "retractions"
         out.append(
