@@ -148,6 +148,14 @@ def analyze(
     fail_on: FailOnOpt = None,
     signatures: SigOpt = None,
     color: Annotated[str, typer.Option("--color", help="auto|always|never")] = "auto",
+    timeline: Annotated[
+        str | None,
+        typer.Option(
+            "--timeline",
+            help="full: every window; episodes: runs of one class collapsed, the verdict's "
+            "windows in full (default: episodes for terminal/markdown, full for json).",
+        ),
+    ] = None,
     year: YearOpt = None,
     tz: TzOpt = None,
     boot_time: BootOpt = None,
@@ -164,9 +172,10 @@ def analyze(
 ) -> None:
     """Classify each time window and recommend the ONE lever to change next."""
     from preemptdiag.commands.analyze import run_analysis
-    from preemptdiag.render import Format, render
+    from preemptdiag.render import Format, render, timeline_mode
     from preemptdiag.render.summary import verdict_line
 
+    mode = timeline_mode(timeline) if timeline is not None else None
     for f in fmt or []:
         if f not in FORMATS:
             raise DiagError(f"unknown --format {f!r} (choose from {', '.join(FORMATS)})")
@@ -200,7 +209,8 @@ def analyze(
         raise typer.Exit(outcome.exit_code)
     for f, dest in plan:
         use_color = dest is None and _want_color(color, sys.stdout)
-        _emit(render(outcome.report, Format(f), color=use_color, width=_width()), dest)
+        text = render(outcome.report, Format(f), color=use_color, width=_width(), timeline=mode)
+        _emit(text, dest)
     raise typer.Exit(outcome.exit_code)
 
 
