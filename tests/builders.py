@@ -100,7 +100,10 @@ def v1_stats_line(ts: datetime, running: int, waiting: int, kv: float) -> str:
 
 
 def healthy_v1_log(
-    start: datetime, minutes: int, every: int = 10, spikes: dict[int, tuple[int, float]] | None = None
+    start: datetime,
+    minutes: int,
+    every: int = 10,
+    spikes: dict[int, tuple[int, float]] | None = None,
 ) -> list[str]:
     """`minutes` of a calm V1 server, one stats line every `every` seconds: Running
     10-29, Waiting 0, KV 20.0-49.0 %. `spikes` maps a line number (0-based) to (waiting,

@@ -38,7 +38,7 @@ GAP_MARK = "⋯"
 # Invisible characters that String.trim() keeps (format characters, not blanks): zero-width
 # space, non-joiner, joiner and word joiner. Three of them name 64 distinct categories.
 HIDDEN = ("\u200b", "\u200c", "\u200d", "\u2060")
-assert MAX_POINTS <= len(HIDDEN) ** 3
+assert len(HIDDEN) ** 3 >= MAX_POINTS
 
 # Named in the titles, since older Mermaid releases draw no legend.
 COUNT_COLOURS = ("#d62728", "#1f77b4", "#2ca02c")  # preemptions red, waiting blue, running green
@@ -49,7 +49,10 @@ KV_COLOUR = "#9467bd"  # purple
 class Point:
     """One time bucket with stats data: the peak of each series over its windows."""
 
-    start: datetime
+    start: datetime  # the bucket's start (its label)
+    bucket: int
+    data_start: datetime  # start of its first window with data, end of its last one
+    data_end: datetime
     preemptions: int
     waiting: int | None
     running: int | None
@@ -126,11 +129,19 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(x)
 
 
-def _point(grid: _Grid, k: int) -> Point:
-    ws = grid.buckets[k]
+def _point(grid: _Grid, k: int, has: Callable[[Window], bool]) -> Point | None:
+    """Bucket k as a point, from its windows with the chart's data; None without any.
+    Preemptions count from every window of the bucket."""
+    ws = [w for w in grid.buckets[k] if has(w)]
+    if not ws:
+        return None
+    starts = [common.utc(w.start) for w in ws if w.start is not None]
     return Point(
         start=grid.t0 + timedelta(seconds=k * grid.per * grid.slot),
-        preemptions=max((common.round_count(w.preemptions) for w in ws), default=0),
+        bucket=k,
+        data_start=min(starts),
+        data_end=max(starts) + timedelta(seconds=grid.slot),
+        preemptions=max((common.round_count(w.preemptions) for w in grid.buckets[k]), default=0),
         waiting=_int(_peak([w.waiting_max for w in ws])),
         running=_int(_peak([w.running_max for w in ws])),
         kv=_peak([w.kv_max for w in ws]),
@@ -173,34 +184,26 @@ def label_slots(n: int, forced: Sequence[int], most: int = MAX_LABELS) -> list[i
 
 def _chart(
     grid: _Grid,
-    keep: Callable[[Point], bool],
+    has: Callable[[Window], bool],
     build: Callable[[list[Point]], tuple[Series, ...]],
     title: str,
     y_title: str,
     colours: tuple[str, ...],
     y_top: float | None,
 ) -> Chart | None:
-    points: list[Point] = []
-    gaps: list[Gap] = []
-    after_gap: list[int] = []
-    missing = 0
-    for k in range(len(grid.buckets)):
-        p = _point(grid, k) if grid.buckets[k] else None
-        if p is not None and keep(p):
-            if missing:
-                end = grid.t0 + timedelta(seconds=k * grid.per * grid.slot)
-                windows = missing * grid.per
-                gaps.append(Gap(end - timedelta(seconds=windows * grid.slot), end, windows))
-                if points:
-                    after_gap.append(len(points))
-                missing = 0
-            points.append(p)
-        else:
-            missing += 1
+    points = [p for k in range(len(grid.buckets)) if (p := _point(grid, k, has)) is not None]
     if len(points) < 2:
         return None
-    # A gap before the first point is not a gap in the chart, only a late start.
-    gaps = [g for g in gaps if g.start > points[0].start]
+    # A gap is a skipped bucket between two points; it runs from the last data before
+    # it to the first data after it (shorter holes inside a bucket cannot show).
+    gaps: list[Gap] = []
+    after_gap: list[int] = []
+    for i in range(1, len(points)):
+        a, b = points[i - 1], points[i]
+        if b.bucket > a.bucket + 1:
+            windows = round((b.data_start - a.data_end).total_seconds() / grid.slot)
+            gaps.append(Gap(a.data_end, b.data_start, windows))
+            after_gap.append(i)
     one_date = len({p.start.date() for p in points}) == 1
     texts = [_label_text(p.start, grid, one_date) for p in points]
     most = max_labels(max(len(t) for t in texts) + 1)  # + 1: the gap mark
@@ -233,30 +236,43 @@ def charts(report: Report) -> list[Chart]:
         return []
     of = f" - {grid.replica}" if len(common.replicas(report.windows)) > 1 else ""
     every = _every(grid)
+    charted = [w for b in grid.buckets for w in b]
+    # No preemption at all: no bars (Mermaid draws a zero bar as a stub on the axis,
+    # which would read as a few preemptions everywhere). A spread counter delta (~ in
+    # the timeline) is an estimate, and the legend says so.
+    preempted = any(common.round_count(w.preemptions) for w in charted)
+    spread = any(w.preemptions_spread_over and w.preemptions for w in charted)
+    pre_name = "preemptions (~ estimated)" if spread else "preemptions"
 
     def counts(points: list[Point]) -> tuple[Series, ...]:
-        return (
-            Series("preemptions", "bar", tuple(float(p.preemptions) for p in points)),
+        bars = (Series(pre_name, "bar", tuple(float(p.preemptions) for p in points)),)
+        return (*(bars if preempted else ()),
             Series("waiting", "line", tuple(float(p.waiting or 0) for p in points)),
             Series("running", "line", tuple(float(p.running or 0) for p in points)),
-        )
+        )  # fmt: skip
 
     def kv(points: list[Point]) -> tuple[Series, ...]:
         return (Series("KV max %", "line", tuple(p.kv or 0.0 for p in points)),)
 
+    colours: tuple[str, ...] = COUNT_COLOURS
+    if preempted:
+        counts_title = f"Preemptions (red bars), waiting (blue), running (green), {every}"
+    else:
+        counts_title = f"Waiting (blue), running (green), {every}; no preemption seen"
+        colours = COUNT_COLOURS[1:]
     out = [
         _chart(
             grid,
-            lambda p: p.waiting is not None and p.running is not None,
+            lambda w: w.waiting_max is not None and w.running_max is not None,
             counts,
-            f"Preemptions (red bars), waiting (blue), running (green), {every}{of}",
-            "requests",
-            COUNT_COLOURS,
+            counts_title + of,
+            "count",
+            colours,
             None,
         ),
         _chart(
             grid,
-            lambda p: p.kv is not None,
+            lambda w: w.kv_max is not None and math.isfinite(w.kv_max),
             kv,
             f"KV cache usage %, {every}{of}",
             "KV cache usage %",
@@ -319,7 +335,9 @@ def mermaid_block(chart: Chart) -> list[str]:
         "xychart-beta",
     ]
     if hidden:
-        out.append("    %% unlabelled points carry distinct zero-width labels: equal ones would merge")
+        out.append(
+            "    %% unlabelled points carry distinct zero-width labels: equal ones would merge"
+        )
     out += [
         f"    title {_quote(chart.title)}",
         f"    x-axis [{', '.join(categories)}]",

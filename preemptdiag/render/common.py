@@ -388,7 +388,9 @@ def select_windows(report: Report, mode: TimelineMode | None = None) -> list[Win
     for rep in replicas(report.windows):
         ws = [w for w in report.windows if w.replica == rep]
         gap = 0
-        for w, keep in zip(ws, shown_mask(ws, report.verdict, report.window_seconds, mode), strict=True):
+        for w, keep in zip(
+            ws, shown_mask(ws, report.verdict, report.window_seconds, mode), strict=True
+        ):
             if keep:
                 if gap:
                     out.append(gap)
@@ -534,7 +536,11 @@ def span_cell(start: datetime | None, end: datetime | None, date: str | None, se
     a, b = utc(start), utc(end)
     clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
     if date is not None:  # the header gives the date; an end past midnight names its day
-        return f"{a:%H:%M:%S} → {b:%H:%M:%S}" if b.date() == a.date() else f"{a:%H:%M:%S} → {b:%m-%d %H:%M:%S}"
+        return (
+            f"{a:%H:%M:%S} → {b:%H:%M:%S}"
+            if b.date() == a.date()
+            else f"{a:%H:%M:%S} → {b:%m-%d %H:%M:%S}"
+        )
     if b.date() == a.date():
         tail = clock
     elif b.year == a.year:

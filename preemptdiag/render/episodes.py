@@ -80,9 +80,7 @@ def _peak(values: Sequence[float | int | None]) -> float | int | None:
     return max(present) if present else None
 
 
-def _episode(
-    ws: Sequence[Window], first: int, last: int, verdict: bool, seconds: int
-) -> Episode:
+def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds: int) -> Episode:
     run = ws[first : last + 1]
     start, end = run[0].start, run[-1].end
     silent = 0
@@ -108,9 +106,7 @@ def _episode(
         kv_max=None if kv is None else float(kv),
         waiting_max=None if waiting is None else int(waiting),
         running_max=None if running is None else int(running),
-        confidence=tuple(
-            sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))
-        ),
+        confidence=tuple(sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))),
         verdict=verdict,
     )
 
