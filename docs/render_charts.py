@@ -32,10 +32,10 @@ ENGINE = ROOT / "tests" / "fixtures" / "engine" / "vllm-0.32.0"
 README_PICTURE = ROOT / "docs" / "markdown-report.png"
 
 
-def markdown_report(files: list[str]) -> str:
+def markdown_report(files: list[str], year: str = "2026") -> str:
     buf = io.StringIO()
     with redirect_stdout(buf):
-        cli(["analyze", "--year", "2026", "--format", "markdown", *files])
+        cli(["analyze", "--year", year, "--format", "markdown", *files])
     return buf.getvalue()
 
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         import os
 
         os.chdir(ROOT)  # the report names the sample as a user would type it
-        md = markdown_report(["samples/v0_thrash_loop.log"])
+        md = markdown_report(["samples/v0_thrash_loop.log"], year="2025")
         mermaid_harness.screenshot(md, README_PICTURE, width=1000)
         print(README_PICTURE)
         return 0

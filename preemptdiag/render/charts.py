@@ -165,9 +165,9 @@ def _label_text(t: datetime, grid: _Grid, one_date: bool) -> str:
 
 
 def max_labels(chars: int) -> int:
-    """How many labels of `chars` characters fit side by side (14 px font: ~8 px a
-    character, and a gap), at most MAX_LABELS."""
-    return max(2, min(MAX_LABELS, PLOT_WIDTH // (8 * chars + 30)))
+    """How many labels of `chars` characters fit side by side (14 px font: ~7 px a
+    digit, and a gap), at most MAX_LABELS."""
+    return max(2, min(MAX_LABELS, PLOT_WIDTH // (7 * chars + 16)))
 
 
 def label_slots(n: int, forced: Sequence[int], most: int = MAX_LABELS) -> list[int]:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from preemptdiag.model.records import Class, Event, ReplicaFacts, Report, Verdict, Window
 
@@ -387,19 +387,27 @@ def select_windows(report: Report, mode: TimelineMode | None = None) -> list[Win
     out: list[Window | int] = []
     for rep in replicas(report.windows):
         ws = [w for w in report.windows if w.replica == rep]
-        gap = 0
-        for w, keep in zip(
-            ws, shown_mask(ws, report.verdict, report.window_seconds, mode), strict=True
-        ):
-            if keep:
-                if gap:
-                    out.append(gap)
-                    gap = 0
-                out.append(w)
-            else:
-                gap += 1
-        if gap:
-            out.append(gap)
+        out += kept_runs(ws, shown_mask(ws, report.verdict, report.window_seconds, mode))
+    return out
+
+
+T = TypeVar("T")
+
+
+def kept_runs(items: Sequence[T], keep: Sequence[bool]) -> list[T | int]:
+    """The kept items in order, each run of left-out ones replaced by its length."""
+    out: list[T | int] = []
+    gap = 0
+    for item, k in zip(items, keep, strict=True):
+        if k:
+            if gap:
+                out.append(gap)
+                gap = 0
+            out.append(item)
+        else:
+            gap += 1
+    if gap:
+        out.append(gap)
     return out
 
 
@@ -448,16 +456,19 @@ def _waiting_cell(w: Window) -> str:
     return fmt_num(w.waiting_max)
 
 
+def _lead_columns(when: Column, multi: bool) -> list[Column]:
+    """The time column, the replica (when there are several) and the class."""
+    replica = [Column("replica", "replica", "replica", False)] if multi else []
+    return [when, *replica, Column("class", "class", "class", False)]
+
+
 def timeline(report: Report, mode: TimelineMode | None = None) -> Timeline:
     ws = report.windows
     date = shared_date(ws)
     multi = len(replicas(ws)) > 1
     swapped = any(w.swapped_max is not None for w in ws)
-    cols = [Column("start", "start (UTC)", "start", False)]
-    if multi:
-        cols.append(Column("replica", "replica", "replica", False))
+    cols = [*_lead_columns(Column("start", "start (UTC)", "start", False), multi)]
     cols += [
-        Column("class", "class", "class", False),
         Column("preemptions", "preemptions", "preempt", True),
         Column("kv_max", "KV max %", "KV\nmax %", True),
         Column("running_max", "running max", "run\nmax", True),
@@ -585,11 +596,10 @@ def episode_table(report: Report, mode: TimelineMode | None = None) -> EpisodeTa
     mode = mode or TimelineMode.EPISODES
     date = shared_date(report.windows)
     names = replicas(report.windows)
-    cols = [Column("span", "from → to (UTC)", "from → to (UTC)", False)]
-    if len(names) > 1:
-        cols.append(Column("replica", "replica", "replica", False))
+    cols = _lead_columns(
+        Column("span", "from → to (UTC)", "from → to (UTC)", False), len(names) > 1
+    )
     cols += [
-        Column("class", "class", "class", False),
         Column("windows", "windows", "windows", True),
         Column("preemptions", "preemptions", "preempt", True),
         Column("kv_max", "KV max %", "KV max %", True),

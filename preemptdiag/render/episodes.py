@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from preemptdiag.model.records import Class, Confidence, Verdict, Window
-from preemptdiag.render.common import utc
+from preemptdiag.render.common import kept_runs, utc
 
 
 class TimelineMode(StrEnum):
@@ -93,21 +93,26 @@ def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds
     waiting = _peak([w.waiting_max for w in run])
     running = _peak([w.running_max for w in run])
     return Episode(
+        # which run
         replica=run[0].replica,
         cls=run[0].cls,
         first=first,
         n=len(run),
+        verdict=verdict,
+        # when
         start=start,
         end=end,
         silent=silent,
+        # how many preemptions, and how sure that count is
         preemptions=round(sum(w.preemptions for w in run), 2),
         preemptions_lower_bound=any(w.preemptions_lower_bound for w in run),
         preemptions_estimated=any(w.preemptions_spread_over and w.preemptions for w in run),
+        # its peaks
         kv_max=None if kv is None else float(kv),
         waiting_max=None if waiting is None else int(waiting),
         running_max=None if running is None else int(running),
+        # how sure its class is, window by window
         confidence=tuple(sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))),
-        verdict=verdict,
     )
 
 
@@ -192,16 +197,4 @@ def episode_rows(eps: Sequence[Episode]) -> list[Episode | int]:
         return (0 if e.verdict else 1, SEVERITY.index(e.cls), abs(e.first - centre))
 
     kept = set(sorted(range(len(eps)), key=lambda i: priority(eps[i]))[:MAX_EPISODE_ROWS])
-    out: list[Episode | int] = []
-    gap = 0
-    for i, e in enumerate(eps):
-        if i in kept:
-            if gap:
-                out.append(gap)
-                gap = 0
-            out.append(e)
-        else:
-            gap += 1
-    if gap:
-        out.append(gap)
-    return out
+    return kept_runs(eps, [i in kept for i in range(len(eps))])

@@ -27,7 +27,9 @@ def long_report(n: int = 60, thrash: range = range(30, 33)) -> Report:
     r = thrash_report()
     ws = [win(i, Class.HEALTHY) for i in range(n)]
     for i in thrash:
-        ws[i] = win(i, Class.THRASH_LOOP, preemptions=7.0, kv_max=99.0 + (i % 10) / 10, waiting_max=i)
+        ws[i] = win(
+            i, Class.THRASH_LOOP, preemptions=7.0, kv_max=99.0 + (i % 10) / 10, waiting_max=i
+        )
     v = replace(
         r.verdict,
         start=T0 + timedelta(minutes=thrash.start),
