@@ -411,7 +411,11 @@ def kept_runs(items: Sequence[T], keep: Sequence[bool]) -> list[T | int]:
     return out
 
 
-def omitted_label(n: int) -> str:
+def omitted_label(n: int, *, compact: bool = False) -> str:
+    """It sits in the class column, so in the terminal it is kept about as narrow as a
+    class name: a wider one would squeeze every other column at 80."""
+    if compact:
+        return f"… {fmt_int(n)} omitted …"
     return f"… {n} window{'s' if n != 1 else ''} omitted …"
 
 
@@ -443,11 +447,23 @@ class Timeline:
         return [c.key for c in self.columns].index("class")
 
 
-def start_cell(w: Window, date: str | None) -> str:
+def start_cell(w: Window, date: str | None, short: str | None = None) -> str:
+    """The clock under a shared date; else the date too, in `short` form when given
+    (the terminal's: a year and seconds the table does not need)."""
     if w.start is None:
         return EMPTY
     t = utc(w.start)
-    return t.strftime("%H:%M:%S") if date is not None else t.strftime("%Y-%m-%d %H:%M:%S")
+    if date is not None:
+        return t.strftime("%H:%M:%S")
+    return t.strftime(short or "%Y-%m-%d %H:%M:%S")
+
+
+def short_stamp(windows: Sequence[Window], seconds: int) -> str | None:
+    """A shorter date-and-time format for a table over several days: without the year
+    when all windows share one, without seconds for whole-minute windows."""
+    years = {utc(w.start).year for w in windows if w.start is not None}
+    clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
+    return f"%m-%d {clock}" if len(years) == 1 else f"%Y-%m-%d {clock}"
 
 
 def _waiting_cell(w: Window) -> str:
@@ -462,9 +478,13 @@ def _lead_columns(when: Column, multi: bool) -> list[Column]:
     return [when, *replica, Column("class", "class", "class", False)]
 
 
-def timeline(report: Report, mode: TimelineMode | None = None) -> Timeline:
+def timeline(
+    report: Report, mode: TimelineMode | None = None, *, compact: bool = False
+) -> Timeline:
+    """The timeline rows; `compact` (the terminal) writes multi-day stamps short."""
     ws = report.windows
     date = shared_date(ws)
+    short = short_stamp(ws, report.window_seconds) if compact else None
     multi = len(replicas(ws)) > 1
     swapped = any(w.swapped_max is not None for w in ws)
     cols = [*_lead_columns(Column("start", "start (UTC)", "start", False), multi)]
@@ -483,7 +503,7 @@ def timeline(report: Report, mode: TimelineMode | None = None) -> Timeline:
 
     def cells(w: Window) -> tuple[str, ...]:
         values = {
-            "start": start_cell(w, date),
+            "start": start_cell(w, date, short),
             "replica": w.replica or EMPTY,
             "class": str(w.cls),
             "preemptions": fmt_preemptions(w),
@@ -505,7 +525,10 @@ def timeline(report: Report, mode: TimelineMode | None = None) -> Timeline:
             # The label sits in the class column: the widest text column in every layout.
             rows.append(
                 Row(
-                    tuple(omitted_label(item) if c.key == "class" else "" for c in cols),
+                    tuple(
+                        omitted_label(item, compact=compact) if c.key == "class" else ""
+                        for c in cols
+                    ),
                     None,
                     item,
                 )
@@ -539,13 +562,23 @@ def replica_line(r: ReplicaFacts) -> str:
 # ---------------------------------------------------------------- episodes
 
 
-def span_cell(start: datetime | None, end: datetime | None, date: str | None, seconds: int) -> str:
+def span_cell(
+    start: datetime | None,
+    end: datetime | None,
+    date: str | None,
+    seconds: int,
+    *,
+    compact: bool = False,
+) -> str:
     """`from → to` of a run: clock times under a shared date, else the date once and
-    only as much of the end as differs (seconds only for windows that are not minutes)."""
+    only as much of the end as differs (seconds only for windows that are not minutes;
+    `compact`: no year either, when both ends share it)."""
     if start is None or end is None:
         return EMPTY
     a, b = utc(start), utc(end)
     clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
+    if compact and date is None and a.year == b.year:
+        return f"{a.strftime(f'%m-%d {clock}')} → {b.strftime(clock if b.date() == a.date() else f'%m-%d {clock}')}"
     if date is not None:  # the header gives the date; an end past midnight names its day
         return (
             f"{a:%H:%M:%S} → {b:%H:%M:%S}"
@@ -573,6 +606,7 @@ def fmt_confidence(e: Episode) -> str:
 
 
 VERDICT_MARK = " ◀ verdict"
+VERDICT_MARK_SHORT = " ◀"  # the terminal's, explained in the table's title
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,9 +622,12 @@ class EpisodeTable:
         return [c.key for c in self.columns].index("class")
 
 
-def episode_table(report: Report, mode: TimelineMode | None = None) -> EpisodeTable | None:
+def episode_table(
+    report: Report, mode: TimelineMode | None = None, *, compact: bool = False
+) -> EpisodeTable | None:
     """One row per run of same-class windows, for the replicas whose timeline is
-    collapsed; None when every window is shown in full (nothing to summarise)."""
+    collapsed; None when every window is shown in full (nothing to summarise).
+    `compact` (the terminal, 80 columns and up): short stamps and verdict mark."""
     from preemptdiag.render.episodes import TimelineMode, collapsed, episode_rows, episodes
 
     mode = mode or TimelineMode.EPISODES
@@ -602,10 +639,11 @@ def episode_table(report: Report, mode: TimelineMode | None = None) -> EpisodeTa
     cols += [
         Column("windows", "windows", "windows", True),
         Column("preemptions", "preemptions", "preempt", True),
-        Column("kv_max", "KV max %", "KV max %", True),
+        Column("kv_max", "KV max %", "KV max", True),
         Column("waiting_max", "waiting max", "wait max", True),
-        Column("confidence", "confidence", "confidence", False),
+        Column("confidence", "confidence", "conf.", False),
     ]
+    mark = VERDICT_MARK_SHORT if compact else VERDICT_MARK
     rows: list[Row] = []
     n_windows = n_episodes = 0
     any_silent = False
@@ -624,9 +662,11 @@ def episode_table(report: Report, mode: TimelineMode | None = None) -> EpisodeTa
             silent = f" (+{fmt_int(item.silent)} silent)" if item.silent else ""
             any_silent = any_silent or bool(item.silent)
             values = {
-                "span": span_cell(item.start, item.end, date, report.window_seconds),
+                "span": span_cell(
+                    item.start, item.end, date, report.window_seconds, compact=compact
+                ),
                 "replica": rep or EMPTY,
-                "class": str(item.cls) + (VERDICT_MARK if item.verdict else ""),
+                "class": str(item.cls) + (mark if item.verdict else ""),
                 "windows": fmt_int(item.n) + silent,
                 "preemptions": fmt_episode_preemptions(item),
                 "kv_max": fmt_num(item.kv_max),
@@ -639,9 +679,10 @@ def episode_table(report: Report, mode: TimelineMode | None = None) -> EpisodeTa
     return EpisodeTable(tuple(cols), tuple(rows), n_windows, n_episodes, any_silent)
 
 
-def episode_title(table: EpisodeTable) -> str:
+def episode_title(table: EpisodeTable, *, compact: bool = False) -> str:
     runs = "run" if table.episodes == 1 else "runs"
-    return f"{fmt_int(table.windows)} windows in {fmt_int(table.episodes)} {runs} of one class"
+    text = f"{fmt_int(table.windows)} windows in {fmt_int(table.episodes)} {runs} of one class"
+    return text + (f" ({VERDICT_MARK_SHORT.strip()} the verdict's)" if compact else "")
 
 
 SILENT_LEGEND = "silent: windows in a run's span without a log line"

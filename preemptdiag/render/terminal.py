@@ -97,14 +97,15 @@ def _timeline_of(
     console: Console, report: Report, width: int, replica: str | None, mode: TimelineMode
 ) -> None:
     of = f" — {replica}" if replica is not None else ""
-    eps = common.episode_table(report, mode)
+    eps = common.episode_table(report, mode, compact=True)
     if eps is not None:
+        title = f"Episodes — {common.episode_title(eps, compact=True)}{of}"
         console.print()
-        console.print(Text(f"Episodes — {common.episode_title(eps)}{of}", style="bold underline"))
+        console.print(Text(title, style="bold underline"))
         console.print(_table(eps.columns, eps.rows, eps.class_index))
         if eps.silent:
             console.print(Text(f"  {common.SILENT_LEGEND}", style="dim"))
-    tl = common.timeline(report, mode)
+    tl = common.timeline(report, mode, compact=True)
     title = f"Timeline — {report.window_seconds} s windows, "
     title += f"{tl.date} (UTC)" if tl.date else "times in UTC"
     if eps is not None:
@@ -119,7 +120,9 @@ def _timeline_of(
     label_w = max((len(s.label) for s in sparks), default=0)
     room = max(10, width - label_w - 16)
     if len(report.windows) > room:  # bucketed: the legend says how much a block holds
-        room = max(10, room - 36)
+        for _ in range(2):  # fewer blocks hold more windows each: a longer legend
+            legend = max(len(s.legend) for s in common.sparklines(report, max_len=room))
+            room = max(10, width - label_w - legend - 8)
     for spark in common.sparklines(report, max_len=room):
         line = Text(f"  {spark.label:<{label_w}}  ", style="bold")
         line.append(spark.line)

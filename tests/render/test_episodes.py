@@ -173,8 +173,8 @@ def test_terminal_episode_table_per_replica() -> None:
         ),
     )
     text = render(r, Format.TERMINAL)
-    assert "Episodes — 50 windows in 1 run of one class — pod-a" in text
-    assert "Episodes — 50 windows in 3 runs of one class — pod-b" in text
+    assert "Episodes — 50 windows in 1 run of one class (◀ the verdict's) — pod-a" in text
+    assert "Episodes — 50 windows in 3 runs of one class (◀ the verdict's) — pod-b" in text
     # pod-b has no verdict: its own most severe episode (queueing) is shown in full.
     after_b = text.split("— pod-b")[2]
     assert re.findall(r"^(\d\d:\d\d):00\s+(\w+)", after_b, re.M)[:11] == [
@@ -255,13 +255,19 @@ def month_report() -> Report:
 
 def test_a_month_of_healthy_windows_is_one_page() -> None:
     r = month_report()
-    term = render(r, Format.TERMINAL, width=100)
-    assert len(term.splitlines()) < 60, term
-    assert re.search(
-        r"^2026-01-01 00:00 → 01-31 00:00\s+healthy ◀ verdict\s+43,200\s+0\s+61\.5\s+4\s+high$",
-        term,
-        re.M,
-    ), term
+    for width in (80, 100):
+        term = render(r, Format.TERMINAL, width=width)
+        assert len(term.splitlines()) < 60, term
+        assert max(len(ln) for ln in term.splitlines()) <= width
+        # the year is in the stamps of the verdict's span; the table needs no more
+        assert re.search(
+            r"^01-01 00:00 → 01-31 00:00\s+healthy ◀\s+43,200\s+0\s+61\.5\s+4\s+high$",
+            term,
+            re.M,
+        ), term
+        assert re.search(r"^01-14 21:20\s+healthy\s+0\s+61\.5\s", term, re.M), term
+        shown = term.split("Evidence")[0] if width == 100 else term.split("Timeline")[0]
+        assert "…" not in shown.replace("omitted …", "").replace("… ", ""), shown
     md = render(r, Format.MARKDOWN)
     assert len(md.splitlines()) < 150 and len(md.encode()) < 25_000
     assert rows(md, "Episodes") == [
@@ -294,7 +300,7 @@ def test_a_day_of_real_stats_lines_gives_a_one_page_terminal_report(
     out = capsys.readouterr().out
     assert len(out.splitlines()) < 60, out
     assert re.search(
-        r"^00:00:00 → 03-03 00:00:00\s+healthy ◀ verdict\s+1,440\s+0\s+77\.7\s+3\s+\w+$", out, re.M
+        r"^00:00:00 → 03-03 00:00:00\s+healthy ◀\s+1,440\s+0\s+77\.7\s+3\s+\w+$", out, re.M
     ), out
     assert re.search(r"^11:06:00\s+healthy\s+0\s+77\.7\b", out, re.M)  # the worst minute
     assert main(["analyze", "--year", "2026", "--format", "markdown", str(log)]) == 0
