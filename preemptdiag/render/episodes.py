@@ -119,14 +119,14 @@ def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
+    mine = [in_episode(w, v) for w in ws]
     out: list[Episode] = []
     i = 0
     while i < len(ws):
-        mine = in_episode(ws[i], v)
         j = i
-        while j + 1 < len(ws) and ws[j + 1].cls is ws[i].cls and in_episode(ws[j + 1], v) == mine:
+        while j + 1 < len(ws) and ws[j + 1].cls is ws[i].cls and mine[j + 1] == mine[i]:
             j += 1
-        out.append(_episode(ws, i, j, mine, seconds))
+        out.append(_episode(ws, i, j, mine[i], seconds))
         i = j + 1
     return out
 
