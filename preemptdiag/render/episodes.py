@@ -28,7 +28,8 @@ class TimelineMode(StrEnum):
 LONG_TIMELINE = 40  # a replica with more windows than this is collapsed into episodes
 CONTEXT_WINDOWS = 3  # shown in full before and after the focus episode
 # A focus episode longer than FOCUS_MAX shows how it began (its first FOCUS_HEAD
-# windows), its worst window with PEAK_NEIGHBOURS on each side, and how it ended.
+# windows), its worst window with PEAK_NEIGHBOURS on each side, and how it ended; a
+# healthy one only its worst window and neighbours.
 FOCUS_MAX = 12
 FOCUS_HEAD = 3
 FOCUS_TAIL = 2
@@ -160,11 +161,12 @@ def shown_mask(ws: Sequence[Window], v: Verdict, seconds: int, mode: TimelineMod
         return keep
     if ep.n > FOCUS_MAX:
         worst = max(range(ep.first, ep.last + 1), key=lambda i: (_severity(ws[i]), -i))
-        picked = [
-            *range(ep.first, ep.first + FOCUS_HEAD),
-            *range(worst - PEAK_NEIGHBOURS, worst + PEAK_NEIGHBOURS + 1),
-            *range(ep.last - FOCUS_TAIL + 1, ep.last + 1),
-        ]
+        picked = list(range(worst - PEAK_NEIGHBOURS, worst + PEAK_NEIGHBOURS + 1))
+        if ep.cls is not Class.HEALTHY:  # a healthy run has no onset or end to show
+            picked += [
+                *range(ep.first, ep.first + FOCUS_HEAD),
+                *range(ep.last - FOCUS_TAIL + 1, ep.last + 1),
+            ]
     else:
         picked = list(range(ep.first, ep.last + 1))
     picked += range(max(0, ep.first - CONTEXT_WINDOWS), ep.first)
