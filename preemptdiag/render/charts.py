@@ -239,10 +239,13 @@ def charts(report: Report) -> list[Chart]:
     charted = [w for b in grid.buckets for w in b]
     # No preemption at all: no bars (Mermaid draws a zero bar as a stub on the axis,
     # which would read as a few preemptions everywhere). A spread counter delta (~ in
-    # the timeline) is an estimate, and the legend says so.
+    # the timeline) is an estimate and sampled warnings (+) a lower bound: the legend
+    # says so.
     preempted = any(common.round_count(w.preemptions) for w in charted)
     spread = any(w.preemptions_spread_over and w.preemptions for w in charted)
-    pre_name = "preemptions (~ estimated)" if spread else "preemptions"
+    lower = any(w.preemptions_lower_bound for w in charted)
+    caveats = [c for c, on in (("~ estimated", spread), ("+ lower bound", lower)) if on]
+    pre_name = "preemptions" + (f" ({', '.join(caveats)})" if caveats else "")
 
     def counts(points: list[Point]) -> tuple[Series, ...]:
         bars = (Series(pre_name, "bar", tuple(float(p.preemptions) for p in points)),)

@@ -33,7 +33,7 @@ def test_two_charts_counts_and_kv_percent_each_on_its_own_axis() -> None:
         '    title "Preemptions (red bars), waiting (blue), running (green), per 60 s window"',
         '    x-axis ["21:24", "21:25", "21:26", "21:27"]',
         '    y-axis "count" 0 --> 100',
-        '    bar "preemptions" [0, 51, 50, 50]',
+        '    bar "preemptions (+ lower bound)" [0, 51, 50, 50]',  # 51+: sampled warnings
         '    line "waiting" [0, 31, 40, 52]',
         '    line "running" [12, 48, 48, 47]',
     ]
@@ -130,7 +130,11 @@ def test_no_preemption_no_bars_and_estimates_say_so() -> None:
     assert '      plotColorPalette: "#1f77b4, #2ca02c"' in counts
     spread = tuple(replace(w, preemptions_spread_over=2) for w in r.windows)
     counts = blocks(replace(r, windows=spread))[0]
-    assert field(counts, "bar").startswith('bar "preemptions (~ estimated)" [0, 51')
+    assert field(counts, "bar").startswith('bar "preemptions (~ estimated, + lower bound)" [0, 51')
+    lower = tuple(replace(w, preemptions_lower_bound=w.cls is Class.THRASH_LOOP) for w in r.windows)
+    assert field(blocks(replace(r, windows=lower))[0], "bar").startswith(
+        'bar "preemptions (+ lower bound)" [0, 51'
+    )
 
 
 def test_gap_before_the_first_data_is_no_gap() -> None:
