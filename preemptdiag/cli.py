@@ -193,6 +193,14 @@ def analyze(
     fail_on: FailOnOpt = None,
     signatures: SigOpt = None,
     color: ColorOpt = "auto",
+    timeline: Annotated[
+        str | None,
+        typer.Option(
+            "--timeline",
+            help="full: every window; episodes: runs of one class collapsed, the verdict's "
+            "windows in full (default: episodes for terminal/markdown, full for json).",
+        ),
+    ] = None,
     year: YearOpt = None,
     tz: TzOpt = None,
     boot_time: BootOpt = None,
@@ -215,10 +223,11 @@ def analyze(
 
     files = files or []
     from preemptdiag.commands.analyze import run_analysis
-    from preemptdiag.render import Format, render
+    from preemptdiag.render import Format, render, timeline_mode
     from preemptdiag.render.summary import verdict_line
 
     _check_formats(fmt, color)
+    mode = timeline_mode(timeline) if timeline is not None else None
     from preemptdiag.commands.options import build_options, plan_outputs
 
     plan = plan_outputs(fmt, list(output or []), files)
@@ -248,7 +257,8 @@ def analyze(
         raise typer.Exit(outcome.exit_code)
     for f, dest in plan:
         use_color = dest is None and _want_color(color, sys.stdout)
-        _emit(render(outcome.report, Format(f), color=use_color, width=_width()), dest)
+        text = render(outcome.report, Format(f), color=use_color, width=_width(), timeline=mode)
+        _emit(text, dest)
     raise typer.Exit(outcome.exit_code)
 
 

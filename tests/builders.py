@@ -84,3 +84,33 @@ def analyze_lines(
     assert "Traceback" not in err
     report: dict[str, Any] = json.loads(out)
     return code, report
+
+
+# --- long logs: a healthy V1 server's stats lines ------------------------------------
+
+
+def v1_stats_line(ts: datetime, running: int, waiting: int, kv: float) -> str:
+    """A vLLM V1 stats line as 0.10+ prints it (no year: analyze it with --year)."""
+    return (
+        f"(APIServer pid=1) INFO {ts:%m-%d %H:%M:%S} [loggers.py:123] Engine 000: Avg prompt "
+        f"throughput: 812.4 tokens/s, Avg generation throughput: 402.7 tokens/s, Running: "
+        f"{running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv:.1f}%, Prefix "
+        "cache hit rate: 12.0%"
+    )
+
+
+def healthy_v1_log(
+    start: datetime,
+    minutes: int,
+    every: int = 10,
+    spikes: dict[int, tuple[int, float]] | None = None,
+) -> list[str]:
+    """`minutes` of a calm V1 server, one stats line every `every` seconds: Running
+    10-29, Waiting 0, KV 20.0-49.0 %. `spikes` maps a line number (0-based) to (waiting,
+    KV %) on that line alone, so a test knows the exact peaks."""
+    spikes = spikes or {}
+    lines = []
+    for i in range(minutes * 60 // every):
+        waiting, kv = spikes.get(i, (0, 20.0 + (i * 7) % 30))
+        lines.append(v1_stats_line(start + timedelta(seconds=i * every), 10 + i % 20, waiting, kv))
+    return lines

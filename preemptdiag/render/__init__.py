@@ -11,7 +11,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import Report
+from preemptdiag.render.episodes import TimelineMode
 
 if TYPE_CHECKING:
     from preemptdiag.render.json_format import render_json
@@ -49,22 +51,56 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def render(report: Report, fmt: Format, *, color: bool = False, width: int = 100) -> str:
+# Terminal and markdown are read by people: a month of windows collapses into episodes.
+# JSON is read by programs: every window unless asked otherwise.
+DEFAULT_TIMELINE = {
+    Format.TERMINAL: TimelineMode.EPISODES,
+    Format.MARKDOWN: TimelineMode.EPISODES,
+    Format.JSON: TimelineMode.FULL,
+    Format.SARIF: TimelineMode.FULL,
+}
+
+
+def render(
+    report: Report,
+    fmt: Format,
+    *,
+    color: bool = False,
+    width: int = 100,
+    timeline: TimelineMode | str | None = None,
+) -> str:
     """The report as text ending in one newline. `color` and `width` only affect the
-    terminal format; the others are for files and pipes and never carry ANSI."""
+    terminal format; the others are for files and pipes and never carry ANSI.
+    `timeline` (full|episodes) picks the windows shown one by one; None: the format's
+    default. SARIF carries no timeline."""
     fmt = Format(fmt)  # also accepts the plain string value
+    mode = DEFAULT_TIMELINE[fmt] if timeline is None else timeline_mode(timeline)
     if fmt is Format.TERMINAL:
         terminal: Callable[..., str] = __getattr__("render_terminal")
-        return terminal(report, color=color, width=width)
-    plain: Callable[[Report], str] = __getattr__(_PLAIN[fmt])
-    return plain(report)
+        return terminal(report, color=color, width=width, timeline=mode)
+    if fmt is Format.SARIF:
+        sarif: Callable[[Report], str] = __getattr__("render_sarif")
+        return sarif(report)
+    plain: Callable[..., str] = __getattr__(_PLAIN[fmt])
+    return plain(report, timeline=mode)
+
+
+def timeline_mode(text: TimelineMode | str) -> TimelineMode:
+    try:
+        return TimelineMode(text)
+    except ValueError:
+        choices = ", ".join(m.value for m in TimelineMode)
+        raise DiagError(f"--timeline must be one of {choices}, not {text!r}") from None
 
 
 __all__ = [
+    "DEFAULT_TIMELINE",
     "Format",
+    "TimelineMode",
     "render",
     "render_json",
     "render_markdown",
     "render_sarif",
     "render_terminal",
+    "timeline_mode",
 ]

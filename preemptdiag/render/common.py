@@ -12,9 +12,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from preemptdiag.model.records import Class, Event, ReplicaFacts, Report, Verdict, Window
+
+if TYPE_CHECKING:
+    from preemptdiag.render.episodes import Episode, TimelineMode
 
 NO_EVIDENCE = "no vLLM evidence found"
 FILTERED_OUT = "no event in the --since/--until range"
@@ -30,9 +33,6 @@ SUSPECTED = "suspected, not proven"
 EMPTY = "–"  # an empty cell: visible, and never mistaken for zero
 EVIDENCE_MAX_LINES = 8
 EVIDENCE_MAX_CHARS = 200
-LONG_TIMELINE = 40  # more windows than this and the timeline is elided
-HEAD_WINDOWS = 10
-TAIL_WINDOWS = 10
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_MISSING = "·"
@@ -339,24 +339,39 @@ class Spark:
     label: str
     line: str
     peak: str  # the value the top block stands for, so the line can be read
+    per_block: float = 1.0  # windows a block stands for (each block shows their peak)
+
+    @property
+    def legend(self) -> str:
+        if self.per_block <= 1:
+            return f"top = {self.peak}"
+        return f"top = {self.peak}, a block = peak of ≈{self.per_block:,.0f} windows"
 
 
-def sparklines(report: Report, max_len: int | None = None) -> list[Spark]:
-    """KV max % and preemptions per window, one pair per replica when there are several."""
+SPARK_MAX = 100  # blocks in a markdown sparkline (a month is 43,200 windows)
+
+
+def sparklines(report: Report, max_len: int | None = SPARK_MAX) -> list[Spark]:
+    """KV max % and preemptions per window, one pair per replica when there are several;
+    at most `max_len` blocks, each then the peak of a share of the windows."""
     out: list[Spark] = []
     multi = len(replicas(report.windows)) > 1
     for rep in replicas(report.windows):
         ws = [w for w in report.windows if w.replica == rep]
         suffix = f" [{rep}]" if multi else ""
+        per = len(ws) / max_len if max_len and len(ws) > max_len else 1.0
         kv = [w.kv_max for w in ws]
         pre = [float(round_count(w.preemptions)) for w in ws]
-        out.append(Spark(f"KV max %{suffix}", sparkline(kv, top=100.0, max_len=max_len), "100"))
+        out.append(
+            Spark(f"KV max %{suffix}", sparkline(kv, top=100.0, max_len=max_len), "100", per)
+        )
         peak = max(pre, default=0.0)
         out.append(
             Spark(
                 f"preemptions{suffix}",
                 sparkline(pre, max_len=max_len),
                 str(int(peak)) + ("+" if any(w.preemptions_lower_bound for w in ws) else ""),
+                per,
             )
         )
     return out
@@ -375,37 +390,35 @@ def shared_date(windows: Sequence[Window]) -> str | None:
     return dates.pop().isoformat() if len(dates) == 1 else None
 
 
-def in_episode(w: Window, v: Verdict) -> bool:
-    """Does the window belong to the verdict's episode (same replica, class and span)?"""
-    if v.start is None or w.start is None or w.cls != v.cls:
-        return False
-    if v.replica and w.replica != v.replica:
-        return False
-    start = utc(w.start)
-    return utc(v.start) <= start and (v.end is None or start <= utc(v.end))
+def select_windows(report: Report, mode: TimelineMode | None = None) -> list[Window | int]:
+    """The windows to show, in order, with an int standing for a run of omitted windows.
 
+    In episodes mode (the default) a long replica shows in full only its focus episode
+    (the verdict's) and its neighbours; the rest is in the episode rows. An omitted run
+    never spans two replicas."""
+    from preemptdiag.render.episodes import TimelineMode, shown_mask
 
-def select_windows(report: Report) -> list[Window | int]:
-    """The windows to show, with an int standing for a run of omitted windows.
-
-    Long timelines keep the first and last windows for orientation and the verdict's
-    episode because that is what the report is about.
-    """
-    ws = report.windows
-    if len(ws) <= LONG_TIMELINE:
-        return list(ws)
-    keep = [
-        i < HEAD_WINDOWS or i >= len(ws) - TAIL_WINDOWS or in_episode(w, report.verdict)
-        for i, w in enumerate(ws)
-    ]
+    mode = mode or TimelineMode.EPISODES
     out: list[Window | int] = []
+    for rep in replicas(report.windows):
+        ws = [w for w in report.windows if w.replica == rep]
+        out += kept_runs(ws, shown_mask(ws, report.verdict, report.window_seconds, mode))
+    return out
+
+
+T = TypeVar("T")
+
+
+def kept_runs(items: Sequence[T], keep: Sequence[bool]) -> list[T | int]:
+    """The kept items in order, each run of left-out ones replaced by its length."""
+    out: list[T | int] = []
     gap = 0
-    for w, k in zip(ws, keep, strict=True):
+    for item, k in zip(items, keep, strict=True):
         if k:
             if gap:
                 out.append(gap)
                 gap = 0
-            out.append(w)
+            out.append(item)
         else:
             gap += 1
     if gap:
@@ -413,7 +426,11 @@ def select_windows(report: Report) -> list[Window | int]:
     return out
 
 
-def omitted_label(n: int) -> str:
+def omitted_label(n: int, *, compact: bool = False) -> str:
+    """It sits in the class column, so in the terminal it is kept about as narrow as a
+    class name: a wider one would squeeze every other column at 80."""
+    if compact:
+        return f"… {fmt_int(n)} omitted …"
     return f"… {n} window{'s' if n != 1 else ''} omitted …"
 
 
@@ -445,11 +462,23 @@ class Timeline:
         return [c.key for c in self.columns].index("class")
 
 
-def start_cell(w: Window, date: str | None) -> str:
+def start_cell(w: Window, date: str | None, short: str | None = None) -> str:
+    """The clock under a shared date; else the date too, in `short` form when given
+    (the terminal's: a year and seconds the table does not need)."""
     if w.start is None:
         return EMPTY
     t = utc(w.start)
-    return t.strftime("%H:%M:%S") if date is not None else t.strftime("%Y-%m-%d %H:%M:%S")
+    if date is not None:
+        return t.strftime("%H:%M:%S")
+    return t.strftime(short or "%Y-%m-%d %H:%M:%S")
+
+
+def short_stamp(windows: Sequence[Window], seconds: int) -> str | None:
+    """A shorter date-and-time format for a table over several days: without the year
+    when all windows share one, without seconds for whole-minute windows."""
+    years = {utc(w.start).year for w in windows if w.start is not None}
+    clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
+    return f"%m-%d {clock}" if len(years) == 1 else f"%Y-%m-%d {clock}"
 
 
 def _waiting_cell(w: Window) -> str:
@@ -458,16 +487,23 @@ def _waiting_cell(w: Window) -> str:
     return fmt_num(w.waiting_max)
 
 
-def timeline(report: Report) -> Timeline:
+def _lead_columns(when: Column, multi: bool) -> list[Column]:
+    """The time column, the replica (when there are several) and the class."""
+    replica = [Column("replica", "replica", "replica", False)] if multi else []
+    return [when, *replica, Column("class", "class", "class", False)]
+
+
+def timeline(
+    report: Report, mode: TimelineMode | None = None, *, compact: bool = False
+) -> Timeline:
+    """The timeline rows; `compact` (the terminal) writes multi-day stamps short."""
     ws = report.windows
     date = shared_date(ws)
+    short = short_stamp(ws, report.window_seconds) if compact else None
     multi = len(replicas(ws)) > 1
     swapped = any(w.swapped_max is not None for w in ws)
-    cols = [Column("start", "start (UTC)", "start", False)]
-    if multi:
-        cols.append(Column("replica", "replica", "replica", False))
+    cols = [*_lead_columns(Column("start", "start (UTC)", "start", False), multi)]
     cols += [
-        Column("class", "class", "class", False),
         Column("preemptions", "preemptions", "preempt", True),
         Column("kv_max", "KV max %", "KV\nmax %", True),
         Column("running_max", "running max", "run\nmax", True),
@@ -482,7 +518,7 @@ def timeline(report: Report) -> Timeline:
 
     def cells(w: Window) -> tuple[str, ...]:
         values = {
-            "start": start_cell(w, date),
+            "start": start_cell(w, date, short),
             "replica": w.replica or EMPTY,
             "class": str(w.cls),
             "preemptions": fmt_preemptions(w),
@@ -498,13 +534,16 @@ def timeline(report: Report) -> Timeline:
     rows: list[Row] = []
     shown: list[Window] = []
     omitted = 0
-    for item in select_windows(report):
+    for item in select_windows(report, mode):
         if isinstance(item, int):
             omitted += item
             # The label sits in the class column: the widest text column in every layout.
             rows.append(
                 Row(
-                    tuple(omitted_label(item) if c.key == "class" else "" for c in cols),
+                    tuple(
+                        omitted_label(item, compact=compact) if c.key == "class" else ""
+                        for c in cols
+                    ),
                     None,
                     item,
                 )
@@ -533,3 +572,132 @@ def replica_line(r: ReplicaFacts) -> str:
     )
     dated = "; ".join(r.dated_by) or "not dated"
     return f"{r.replica}: {engine}, {span} (dated by {dated})" + (f"; {facts}" if facts else "")
+
+
+# ---------------------------------------------------------------- episodes
+
+
+def span_cell(
+    start: datetime | None,
+    end: datetime | None,
+    date: str | None,
+    seconds: int,
+    *,
+    compact: bool = False,
+) -> str:
+    """`from → to` of a run: clock times under a shared date, else the date once and
+    only as much of the end as differs (seconds only for windows that are not minutes;
+    `compact`: no year either, when both ends share it)."""
+    if start is None or end is None:
+        return EMPTY
+    a, b = utc(start), utc(end)
+    clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
+    if compact and date is None and a.year == b.year:
+        return f"{a.strftime(f'%m-%d {clock}')} → {b.strftime(clock if b.date() == a.date() else f'%m-%d {clock}')}"
+    if date is not None:  # the header gives the date; an end past midnight names its day
+        return (
+            f"{a:%H:%M:%S} → {b:%H:%M:%S}"
+            if b.date() == a.date()
+            else f"{a:%H:%M:%S} → {b:%m-%d %H:%M:%S}"
+        )
+    if b.date() == a.date():
+        tail = clock
+    elif b.year == a.year:
+        tail = f"%m-%d {clock}"
+    else:
+        tail = f"%Y-%m-%d {clock}"
+    return f"{a.strftime(f'%Y-%m-%d {clock}')} → {b.strftime(tail)}"
+
+
+def fmt_episode_preemptions(e: Episode) -> str:
+    spread = "~" if e.preemptions_estimated else ""
+    return f"{spread}{round_count(e.preemptions)}{'+' if e.preemptions_lower_bound else ''}"
+
+
+def fmt_confidence(e: Episode) -> str:
+    """The confidence most windows have, and how many have another: `high (2 low)`."""
+    (top, _), *rest = e.confidence
+    return str(top) + (f" ({', '.join(f'{n} {c}' for c, n in rest)})" if rest else "")
+
+
+VERDICT_MARK = " ◀ verdict"
+VERDICT_MARK_SHORT = " ◀"  # the terminal's, explained in the table's title
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeTable:
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]  # Row.cls is None for a row of omitted episodes
+    windows: int  # windows the episodes cover
+    episodes: int  # episodes in all (shown and omitted)
+    silent: bool  # some run's span has windows without a log line
+
+    @property
+    def class_index(self) -> int:
+        return [c.key for c in self.columns].index("class")
+
+
+def episode_table(
+    report: Report, mode: TimelineMode | None = None, *, compact: bool = False
+) -> EpisodeTable | None:
+    """One row per run of same-class windows, for the replicas whose timeline is
+    collapsed; None when every window is shown in full (nothing to summarise).
+    `compact` (the terminal, 80 columns and up): short stamps and verdict mark."""
+    from preemptdiag.render.episodes import TimelineMode, collapsed, episode_rows, episodes
+
+    mode = mode or TimelineMode.EPISODES
+    date = shared_date(report.windows)
+    names = replicas(report.windows)
+    cols = _lead_columns(
+        Column("span", "from → to (UTC)", "from → to (UTC)", False), len(names) > 1
+    )
+    cols += [
+        Column("windows", "windows", "windows", True),
+        Column("preemptions", "preemptions", "preempt", True),
+        Column("kv_max", "KV max %", "KV max", True),
+        Column("waiting_max", "waiting max", "wait max", True),
+        Column("confidence", "confidence", "conf.", False),
+    ]
+    mark = VERDICT_MARK_SHORT if compact else VERDICT_MARK
+    rows: list[Row] = []
+    n_windows = n_episodes = 0
+    any_silent = False
+    for rep in names:
+        ws = [w for w in report.windows if w.replica == rep]
+        if not collapsed(ws, mode):
+            continue
+        eps = episodes(ws, report.verdict, report.window_seconds)
+        n_windows += len(ws)
+        n_episodes += len(eps)
+        for item in episode_rows(eps):
+            if isinstance(item, int):
+                label = f"… {item} episode{'s' if item != 1 else ''} omitted …"
+                rows.append(Row(tuple(label if c.key == "class" else "" for c in cols), None, item))
+                continue
+            silent = f" (+{fmt_int(item.silent)} silent)" if item.silent else ""
+            any_silent = any_silent or bool(item.silent)
+            values = {
+                "span": span_cell(
+                    item.start, item.end, date, report.window_seconds, compact=compact
+                ),
+                "replica": rep or EMPTY,
+                "class": str(item.cls) + (mark if item.verdict else ""),
+                "windows": fmt_int(item.n) + silent,
+                "preemptions": fmt_episode_preemptions(item),
+                "kv_max": fmt_num(item.kv_max),
+                "waiting_max": fmt_num(item.waiting_max),
+                "confidence": fmt_confidence(item),
+            }
+            rows.append(Row(tuple(values[c.key] for c in cols), item.cls))
+    if not rows:
+        return None
+    return EpisodeTable(tuple(cols), tuple(rows), n_windows, n_episodes, any_silent)
+
+
+def episode_title(table: EpisodeTable, *, compact: bool = False) -> str:
+    runs = "run" if table.episodes == 1 else "runs"
+    text = f"{fmt_int(table.windows)} windows in {fmt_int(table.episodes)} {runs} of one class"
+    return text + (f" ({VERDICT_MARK_SHORT.strip()} the verdict's)" if compact else "")
+
+
+SILENT_LEGEND = "silent: windows in a run's span without a log line"

@@ -15,6 +15,7 @@ from typing import Any
 
 from preemptdiag.model.records import Event, Lever, ReplicaFacts, Report, ScanStats, Verdict, Window
 from preemptdiag.render import common
+from preemptdiag.render.episodes import Episode, TimelineMode, episodes
 
 SCHEMA = "preemptdiag/report"
 SCHEMA_VERSION = 1
@@ -153,15 +154,51 @@ def replica_dict(r: ReplicaFacts) -> dict[str, JSONValue]:
     }
 
 
-def report_dict(report: Report, with_windows: bool = True) -> dict[str, JSONValue]:
+def episode_dict(e: Episode) -> dict[str, JSONValue]:
+    return {
+        "replica": e.replica,
+        "start": common.iso(e.start),
+        "end": common.iso(e.end),
+        "class": str(e.cls),
+        "windows": e.n,
+        "silent_windows": e.silent,
+        "preemptions": common.finite(e.preemptions),
+        "preemptions_lower_bound": e.preemptions_lower_bound,
+        "preemptions_estimated": e.preemptions_estimated,
+        "kv_max": common.finite(e.kv_max),
+        "waiting_max": e.waiting_max,
+        "running_max": e.running_max,
+        "confidence": {str(c): n for c, n in e.confidence},
+        "verdict": e.verdict,
+    }
+
+
+def _episodes(report: Report) -> list[JSONValue]:
+    out: list[JSONValue] = []
+    for rep in common.replicas(report.windows):
+        ws = [w for w in report.windows if w.replica == rep]
+        out += [episode_dict(e) for e in episodes(ws, report.verdict, report.window_seconds)]
+    return out
+
+
+def shown_windows(report: Report, timeline: TimelineMode) -> list[Window]:
+    if timeline is TimelineMode.FULL:
+        return list(report.windows)
+    return [w for w in common.select_windows(report, timeline) if not isinstance(w, int)]
+
+
+def report_dict(
+    report: Report, with_windows: bool = True, timeline: TimelineMode = TimelineMode.FULL
+) -> dict[str, JSONValue]:
     e = report.engine
+    shown = shown_windows(report, timeline) if with_windows else []
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "tool_version": report.tool_version,
         "verdict": verdict_dict(report.verdict),
         "lever": lever_dict(report.lever),
-        "windows": [window_dict(w) for w in report.windows] if with_windows else [],
+        "windows": [window_dict(w) for w in shown],
         "engine": {"engine": e.engine, "generation": e.generation, "version": e.version},
         "scan": scan_dict(report.stats),
         # Thresholds keep their defined order (it groups related knobs).
@@ -169,23 +206,27 @@ def report_dict(report: Report, with_windows: bool = True) -> dict[str, JSONValu
         "window_seconds": report.window_seconds,
         "notes": list(report.notes),
         "replicas": [replica_dict(r) for r in report.replicas],
+        "timeline": str(timeline),
+        "episodes": _episodes(report),
     }
 
 
 _WINDOWS_SLOT = "\x00windows\x00"
 
 
-def render_json(report: Report) -> str:
+def render_json(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -> str:
     """report_dict as indented JSON. The windows (thousands on a week of log) are
     dumped one at a time into the text rather than built as one tree first: the
     same bytes with a third of the peak memory."""
-    doc = {**report_dict(report, with_windows=False), "windows": _WINDOWS_SLOT}
+    timeline = TimelineMode(timeline)
+    doc = {**report_dict(report, with_windows=False, timeline=timeline), "windows": _WINDOWS_SLOT}
     # allow_nan=False: a NaN that slipped past `finite` must fail loudly, not emit bad JSON.
     head, tail = json.dumps(doc, indent=2, allow_nan=False).split(json.dumps(_WINDOWS_SLOT))
-    if not report.windows:
+    shown = shown_windows(report, timeline)
+    if not shown:
         return f"{head}[]{tail}\n"
     parts = [head, "[\n"]
-    for i, w in enumerate(report.windows):
+    for i, w in enumerate(shown):
         if i:
             parts.append(",\n")
         parts.append(textwrap.indent(json.dumps(window_dict(w), indent=2, allow_nan=False), "    "))

@@ -7,9 +7,11 @@ backtick run in it) or an escaped table cell, so a pasted log cannot break the p
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from preemptdiag.model.records import Report
-from preemptdiag.render import common
+from preemptdiag.render import charts, common
+from preemptdiag.render.episodes import TimelineMode
 
 _BACKTICK_RUN = re.compile(r"`+")
 
@@ -55,73 +57,41 @@ def _verdict(report: Report) -> list[str]:
     return out
 
 
-def _mermaid_num(x: float | None) -> str:
-    x = common.finite(x)
-    if x is None:
-        return "0"
-    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
-
-
-def mermaid(report: Report) -> list[str]:
-    """An xychart of the shown windows: bars = preemptions, line = KV max %.
-
-    With several replicas only the verdict's replica is charted: categories from
-    different replicas would interleave on one time axis and mislead.
-    """
-    tl = common.timeline(report)
-    ws = list(tl.windows)
-    reps = common.replicas(ws)
-    replica = (
-        report.verdict.replica if report.verdict.replica in reps else (reps[0] if reps else "")
-    )
-    title = "preemptions (bars) and KV max % (line)"
-    if len(reps) > 1:
-        ws = [w for w in ws if w.replica == replica]
-        title += f" - {replica}"
-    if tl.omitted:
-        title += f" - {tl.omitted} windows omitted"
-    if not ws:
-        return []
-    pre = [float(common.round_count(w.preemptions)) for w in ws]
-    kv = [common.finite(w.kv_max) for w in ws]
-    top = max([100.0, *pre, *(k for k in kv if k is not None)])
-    labels = ", ".join(f'"{common.start_cell(w, tl.date)}"' for w in ws)
-    title = title.replace('"', "'")
-    return [
-        "```mermaid",
-        "xychart-beta",
-        f'    title "{title}"',
-        f"    x-axis [{labels}]",
-        f'    y-axis "preemptions / KV %" 0 --> {_mermaid_num(top)}',
-        f"    bar [{', '.join(_mermaid_num(p) for p in pre)}]",
-        f"    line [{', '.join(_mermaid_num(k) for k in kv)}]",
-        "```",
-    ]
-
-
-def _timeline(report: Report) -> list[str]:
-    tl = common.timeline(report)
-    title = f"#### Timeline ({report.window_seconds} s windows"
-    title += f", {tl.date} UTC)" if tl.date else ")"
-    out = ["", title, ""]
-    if not tl.rows:
-        return [*out, "_no windows_"]
-    out.append("| " + " | ".join(c.header for c in tl.columns) + " |")
-    out.append("|" + "|".join("---:" if c.numeric else "---" for c in tl.columns) + "|")
-    for row in tl.rows:
+def _table(columns: Sequence[common.Column], rows: Sequence[common.Row], ci: int) -> list[str]:
+    out = ["| " + " | ".join(c.header for c in columns) + " |"]
+    out.append("|" + "|".join("---:" if c.numeric else "---" for c in columns) + "|")
+    for row in rows:
         cells = [cell(c) for c in row.cells]
         if row.cls is not None:
-            cells[tl.class_index] = f"`{row.cells[tl.class_index]}`"
+            text = row.cells[ci]
+            mark = common.VERDICT_MARK if text.endswith(common.VERDICT_MARK) else ""
+            cells[ci] = f"`{text.removesuffix(mark)}`{mark}"
         else:
-            cells[tl.class_index] = f"_{cells[tl.class_index]}_"
+            cells[ci] = f"_{cells[ci]}_"
         out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _timeline(report: Report, mode: TimelineMode) -> list[str]:
+    out: list[str] = []
+    eps = common.episode_table(report, mode)
+    if eps is not None:
+        out += ["", f"#### Episodes ({common.episode_title(eps)})", ""]
+        out += _table(eps.columns, eps.rows, eps.class_index)
+        if eps.silent:
+            out += ["", f"_{common.SILENT_LEGEND}_"]
+    tl = common.timeline(report, mode)
+    title = f"#### Timeline ({report.window_seconds} s windows"
+    title += f", {tl.date} UTC" if tl.date else ""
+    title += ", around the focus episode)" if eps is not None else ")"
+    out += ["", title, ""]
+    if not tl.rows:
+        return [*out, "_no windows_"]
+    out += _table(tl.columns, tl.rows, tl.class_index)
     out.append("")
     for spark in common.sparklines(report):
-        out.append(f"- {spark.label}: `{spark.line}` (top = {spark.peak})")
-    chart = mermaid(report)
-    if chart:
-        out += ["", *chart]
-    return out
+        out.append(f"- {spark.label}: `{spark.line}` ({spark.legend})")
+    return out + charts.mermaid(report)
 
 
 def _evidence(report: Report) -> list[str]:
@@ -176,7 +146,8 @@ def _footer(report: Report) -> list[str]:
     return out
 
 
-def render_markdown(report: Report) -> str:
-    lines = [*_verdict(report), *_timeline(report), *_evidence(report), *_lever(report)]
+def render_markdown(report: Report, *, timeline: TimelineMode = TimelineMode.EPISODES) -> str:
+    lines = [*_verdict(report), *_timeline(report, TimelineMode(timeline))]
+    lines += [*_evidence(report), *_lever(report)]
     lines += _footer(report)
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 
 from rich import box
@@ -17,6 +18,7 @@ from rich.text import Text
 
 from preemptdiag.model.records import Class, Report
 from preemptdiag.render import common
+from preemptdiag.render.episodes import TimelineMode
 
 _LABEL_WIDTH = 13
 
@@ -58,29 +60,19 @@ def _verdict(console: Console, report: Report) -> None:
     console.print(_fields(rows))
 
 
-def _timeline(console: Console, report: Report, width: int) -> None:
+def _timeline(console: Console, report: Report, width: int, mode: TimelineMode) -> None:
     names = common.replicas(report.windows)
     if len(names) <= 1:
-        _timeline_of(console, report, width, None)
+        _timeline_of(console, report, width, None, mode)
         return
     # One table per replica: a replica column would squeeze every number at 80-100
     # columns ("thrash_lo…", "126…").
     for name in names:
         own = replace(report, windows=tuple(w for w in report.windows if w.replica == name))
-        _timeline_of(console, own, width, name)
+        _timeline_of(console, own, width, name, mode)
 
 
-def _timeline_of(console: Console, report: Report, width: int, replica: str | None) -> None:
-    tl = common.timeline(report)
-    title = f"Timeline — {report.window_seconds} s windows, "
-    title += f"{tl.date} (UTC)" if tl.date else "times in UTC"
-    if replica is not None:
-        title += f" — {replica}"
-    console.print()
-    console.print(Text(title, style="bold underline"))
-    if not tl.rows:
-        console.print(Text("  no windows", style="dim"))
-        return
+def _table(columns: Sequence[common.Column], rows: Sequence[common.Row], ci: int) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -88,24 +80,53 @@ def _timeline_of(console: Console, report: Report, width: int, replica: str | No
         collapse_padding=True,
         header_style="bold",
     )
-    for col in tl.columns:
+    for col in columns:
         # Nothing wraps: a truncated cell ("21:2…") is better than a number split in two.
         table.add_column(col.short, justify="right" if col.numeric else "left", no_wrap=True)
-    ci = tl.class_index
-    for row in tl.rows:
+    for row in rows:
         cells = [Text(c) for c in row.cells]
         if row.cls is not None:
             cells[ci].stylize(_class_style(row.cls))
         else:
             cells[ci].stylize("dim italic")
         table.add_row(*cells)
-    console.print(table)
-    label_w = max((len(s.label) for s in common.sparklines(report)), default=0)
+    return table
+
+
+def _timeline_of(
+    console: Console, report: Report, width: int, replica: str | None, mode: TimelineMode
+) -> None:
+    of = f" — {replica}" if replica is not None else ""
+    eps = common.episode_table(report, mode, compact=True)
+    if eps is not None:
+        title = f"Episodes — {common.episode_title(eps, compact=True)}{of}"
+        console.print()
+        console.print(Text(title, style="bold underline"))
+        console.print(_table(eps.columns, eps.rows, eps.class_index))
+        if eps.silent:
+            console.print(Text(f"  {common.SILENT_LEGEND}", style="dim"))
+    tl = common.timeline(report, mode, compact=True)
+    title = f"Timeline — {report.window_seconds} s windows, "
+    title += f"{tl.date} (UTC)" if tl.date else "times in UTC"
+    if eps is not None:
+        title += ", around the focus episode"
+    console.print()
+    console.print(Text(title + of, style="bold underline"))
+    if not tl.rows:
+        console.print(Text("  no windows", style="dim"))
+        return
+    console.print(_table(tl.columns, tl.rows, tl.class_index))
+    sparks = common.sparklines(report, max_len=None)
+    label_w = max((len(s.label) for s in sparks), default=0)
     room = max(10, width - label_w - 16)
+    if len(report.windows) > room:  # bucketed: the legend says how much a block holds
+        for _ in range(2):  # fewer blocks hold more windows each: a longer legend
+            legend = max(len(s.legend) for s in common.sparklines(report, max_len=room))
+            room = max(10, width - label_w - legend - 8)
     for spark in common.sparklines(report, max_len=room):
         line = Text(f"  {spark.label:<{label_w}}  ", style="bold")
         line.append(spark.line)
-        line.append(f"  (top = {spark.peak})", style="dim")
+        line.append(f"  ({spark.legend})", style="dim")
         console.print(line, no_wrap=True, overflow="ellipsis")
 
 
@@ -165,7 +186,13 @@ def _footer(console: Console, report: Report) -> None:
     console.print(_fields(rows, style="dim"))
 
 
-def render_terminal(report: Report, *, color: bool = False, width: int = 100) -> str:
+def render_terminal(
+    report: Report,
+    *,
+    color: bool = False,
+    width: int = 100,
+    timeline: TimelineMode = TimelineMode.EPISODES,
+) -> str:
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -179,7 +206,7 @@ def render_terminal(report: Report, *, color: bool = False, width: int = 100) ->
         emoji=False,
     )
     _verdict(console, report)
-    _timeline(console, report, width)
+    _timeline(console, report, width, TimelineMode(timeline))
     _evidence(console, report)
     _lever(console, report)
     _footer(console, report)

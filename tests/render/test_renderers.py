@@ -332,56 +332,6 @@ def test_sparklines_scale_and_label() -> None:
     assert "- preemptions: `▁███` (top = 51+)" in text
 
 
-def long_report() -> Report:
-    r = thrash_report()
-    ws = [win(i, Class.HEALTHY) for i in range(60)]
-    for i in (30, 31, 32):
-        ws[i] = win(i, Class.THRASH_LOOP, preemptions=7.0)
-    v = replace(r.verdict, start=T0 + timedelta(minutes=30), end=T0 + timedelta(minutes=33))
-    return replace(r, windows=tuple(ws), verdict=v)
-
-
-@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
-def test_long_timeline_keeps_head_episode_tail(fmt: Format) -> None:
-    text = render(long_report(), fmt)
-    assert "… 20 windows omitted …" in text  # 10..29
-    assert "… 17 windows omitted …" in text  # 33..49
-    shown = re.findall(r"\b21:\d\d:00\b|\b22:\d\d:00\b", text.split("Evidence")[0])
-    minutes = sorted({(int(t[:2]) - 21) * 60 + int(t[3:5]) - 24 for t in shown})
-    assert minutes == [*range(10), 30, 31, 32, *range(50, 60)]
-
-
-def test_mermaid_chart_block() -> None:
-    text = out("thrash", Format.MARKDOWN)
-    block = text.split("```mermaid\n")[1].split("\n```")[0].splitlines()
-    assert block[0] == "xychart-beta"
-    assert block[2] == '    x-axis ["21:24:00", "21:25:00", "21:26:00", "21:27:00"]'
-    assert block[3] == '    y-axis "preemptions / KV %" 0 --> 100'
-    assert block[4] == "    bar [0, 51, 50, 50]"
-    assert block[5] == "    line [40, 99.8, 100, 98.5]"
-
-
-def test_mermaid_charts_the_shown_windows_of_a_long_timeline() -> None:
-    text = render(long_report(), Format.MARKDOWN)
-    assert 'title "preemptions (bars) and KV max % (line) - 37 windows omitted"' in text
-    bars = text.split("    bar [")[1].split("]")[0].split(", ")
-    assert bars == ["0"] * 10 + ["7", "7", "7"] + ["0"] * 10
-
-
-def test_long_timeline_without_timestamps_keeps_head_and_tail() -> None:
-    r = long_report()
-    r = replace(r, verdict=replace(r.verdict, start=None, end=None))
-    text = render(r, Format.MARKDOWN)
-    assert "… 40 windows omitted …" in text
-    assert "| 21:54:00 |" not in text
-
-
-def test_mermaid_charts_only_the_verdict_replica() -> None:
-    text = out("suspected", Format.MARKDOWN)
-    assert '    x-axis ["21:24:00"]' in text
-    assert "    line [100]" in text
-
-
 # ---------------------------------------------------------------- markdown
 
 
@@ -479,6 +429,8 @@ def test_json_structure_and_verdict_fields() -> None:
         "window_seconds",
         "notes",
         "replicas",
+        "timeline",
+        "episodes",
     ]
     assert doc["schema"] == "preemptdiag/report" and doc["schema_version"] == 1
     v = doc["verdict"]
@@ -608,12 +560,13 @@ def test_every_json_key_is_documented() -> None:
         doc["engine"],
         doc["scan"],
         doc["windows"][0],
+        doc["episodes"][0],
     ]
     keys = {k for o in objects for k in o}
     assert keys and all(f"`{k}`" in doc_text for k in keys), keys
 
 
-@pytest.mark.parametrize("make", [long_report, no_evidence_report, thrash_report])
+@pytest.mark.parametrize("make", [no_evidence_report, thrash_report])
 def test_json_windows_streamed_into_the_text_are_plain_json_dumps(make: Any) -> None:
     from preemptdiag.render.json_format import report_dict
 

@@ -1,0 +1,379 @@
+"""Episodes: a report that scales with the incident, not with the log's span."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import healthy_v1_log, make_window
+from test_renderers import thrash_report, win
+
+from preemptdiag.cli import main
+from preemptdiag.model.records import Class, Confidence, Report, Verdict
+from preemptdiag.render import Format, render
+from preemptdiag.render.episodes import TimelineMode
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2024, 6, 16, 21, 24, 0, tzinfo=UTC)
+
+
+def long_report(n: int = 60, thrash: range = range(30, 33)) -> Report:
+    """n healthy windows with a thrash loop (7 preemptions a window) at `thrash`."""
+    r = thrash_report()
+    ws = [win(i, Class.HEALTHY) for i in range(n)]
+    for i in thrash:
+        ws[i] = win(
+            i, Class.THRASH_LOOP, preemptions=7.0, kv_max=99.0 + (i % 10) / 10, waiting_max=i
+        )
+    v = replace(
+        r.verdict,
+        start=T0 + timedelta(minutes=thrash.start),
+        end=T0 + timedelta(minutes=thrash.stop),
+    )
+    return replace(r, windows=tuple(ws), verdict=v)
+
+
+def rows(text: str, section: str) -> list[list[str]]:
+    """The cells of a markdown table under the heading starting with `section`."""
+    body = text.split(f"#### {section}")[1].split("\n\n", 2)[1]
+    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in body.splitlines()[2:]]
+
+
+def minutes_shown(text: str) -> list[int]:
+    """Window start minutes (since T0) of the markdown timeline rows."""
+    out = []
+    for cells in rows(text, "Timeline"):
+        if re.fullmatch(r"\d\d:\d\d:00", cells[0]):
+            h, m = int(cells[0][:2]), int(cells[0][3:5])
+            out.append((h - 21) * 60 + m - 24)
+        elif re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:00", cells[0]):
+            t = datetime.fromisoformat(cells[0]).replace(tzinfo=UTC)
+            out.append(int((t - T0).total_seconds() // 60))
+    return out
+
+
+# ---------------------------------------------------------------- the episode rows
+
+
+def test_episode_rows_carry_span_class_count_peaks_and_confidence() -> None:
+    text = render(long_report(), Format.MARKDOWN)
+    assert "#### Episodes (60 windows in 3 runs of one class)" in text
+    assert rows(text, "Episodes") == [
+        ["21:24:00 → 21:54:00", "`healthy`", "30", "0", "40.0", "0", "high"],
+        ["21:54:00 → 21:57:00", "`thrash_loop` ◀ verdict", "3", "21", "99.2", "32", "high"],
+        ["21:57:00 → 22:24:00", "`healthy`", "27", "0", "40.0", "0", "high"],
+    ]
+
+
+def test_focus_episode_and_three_windows_each_side_in_full() -> None:
+    text = render(long_report(), Format.MARKDOWN)
+    assert minutes_shown(text) == [27, 28, 29, 30, 31, 32, 33, 34, 35]
+    assert "… 27 windows omitted …" in text and "… 24 windows omitted …" in text
+    assert "around the focus episode" in text
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_timeline_full_shows_every_window_and_no_episodes(fmt: Format) -> None:
+    text = render(long_report(), fmt, timeline="full")
+    assert "Episodes" not in text and "omitted" not in text
+    starts = re.findall(r"\b(?:21|22):\d\d:00\b", text.split("Evidence")[0])
+    assert len(set(starts)) == 60
+
+
+@pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
+def test_a_short_timeline_is_shown_whole_without_episodes(fmt: Format) -> None:
+    for mode in ("episodes", "full"):
+        text = render(thrash_report(), fmt, timeline=mode)
+        assert "Episodes" not in text and "omitted" not in text
+        assert len(set(re.findall(r"\b21:2\d:00\b", text.split("Evidence")[0]))) == 4
+
+
+def test_a_long_focus_episode_shows_onset_worst_window_and_end() -> None:
+    r = long_report(200, range(50, 150))
+    ws = list(r.windows)
+    ws[120] = replace(ws[120], preemptions=40.0)  # the worst minute of the loop
+    text = render(replace(r, windows=tuple(ws)), Format.MARKDOWN)
+    assert minutes_shown(text) == [47, 48, 49, 50, 51, 52, 119, 120, 121, 148, 149, 150, 151, 152]
+    assert rows(text, "Episodes")[1][:4] == [
+        "2024-06-16 22:14 → 23:54",
+        "`thrash_loop` ◀ verdict",
+        "100",
+        str(99 * 7 + 40),
+    ]
+
+
+def test_without_a_dated_verdict_the_focus_is_the_most_severe_episode() -> None:
+    r = long_report()
+    r = replace(r, verdict=replace(r.verdict, start=None, end=None))
+    text = render(r, Format.MARKDOWN)
+    assert minutes_shown(text) == [27, 28, 29, 30, 31, 32, 33, 34, 35]
+    assert "◀ verdict" not in text
+
+
+def test_a_flapping_log_keeps_twenty_episode_rows_verdict_and_severe_first() -> None:
+    ws = [win(i, Class.QUEUEING if i % 2 else Class.HEALTHY) for i in range(400)]
+    ws[300:303] = [win(i, Class.THRASH_LOOP, preemptions=9.0) for i in range(300, 303)]
+    r = thrash_report()
+    v = replace(r.verdict, start=T0 + timedelta(minutes=300), end=T0 + timedelta(minutes=303))
+    text = render(replace(r, windows=tuple(ws), verdict=v), Format.MARKDOWN)
+    table = rows(text, "Episodes")
+    shown = [c for c in table if not c[1].startswith("_")]
+    omitted = [int(c[1].split()[1]) for c in table if c[1].startswith("_")]
+    assert len(shown) == 20
+    assert len(shown) + sum(omitted) == 398  # 397 single-window runs and the loop
+    assert shown[[c[1] for c in shown].index("`thrash_loop` ◀ verdict")][:4] == [
+        "2024-06-17 02:24 → 02:27",
+        "`thrash_loop` ◀ verdict",
+        "3",
+        "27",
+    ]
+    # After the verdict, queueing (more severe) runs are kept before healthy ones.
+    assert sum(c[1] == "`queueing`" for c in shown) == 19
+
+
+def test_silent_windows_do_not_end_a_run_and_are_counted() -> None:
+    ws = [win(i) for i in range(30)] + [win(i) for i in range(90, 120)]  # an hour with no line
+    r = replace(thrash_report(), windows=tuple(ws))
+    r = replace(
+        r, verdict=replace(r.verdict, cls=Class.HEALTHY, start=T0, end=T0 + timedelta(minutes=120))
+    )
+    text = render(r, Format.MARKDOWN)
+    assert rows(text, "Episodes") == [
+        ["21:24:00 → 23:24:00", "`healthy` ◀ verdict", "60 (+60 silent)", "0", "40.0", "0", "high"]
+    ]
+    assert "_silent: windows in a run's span without a log line_" in text
+
+
+def test_mixed_confidence_names_the_minority() -> None:
+    ws = [win(i, confidence=Confidence.LOW if i in (3, 7) else Confidence.HIGH) for i in range(50)]
+    ws[9] = replace(ws[9], confidence=Confidence.MEDIUM)
+    r = replace(thrash_report(), windows=tuple(ws))
+    r = replace(
+        r, verdict=replace(r.verdict, cls=Class.HEALTHY, start=T0, end=T0 + timedelta(minutes=50))
+    )
+    assert rows(render(r, Format.MARKDOWN), "Episodes")[0][-1] == "high (2 low, 1 medium)"
+
+
+def test_terminal_episode_table_per_replica() -> None:
+    a = [win(i, replica="pod-a") for i in range(50)]
+    b = [
+        win(i, Class.QUEUEING if 20 <= i < 25 else Class.HEALTHY, replica="pod-b")
+        for i in range(50)
+    ]
+    r = replace(thrash_report(), windows=(*a, *b))
+    r = replace(
+        r,
+        verdict=replace(
+            r.verdict, cls=Class.HEALTHY, replica="pod-a", start=T0, end=T0 + timedelta(minutes=50)
+        ),
+    )
+    text = render(r, Format.TERMINAL)
+    assert "Episodes — 50 windows in 1 run of one class (◀ the verdict's) — pod-a" in text
+    assert "Episodes — 50 windows in 3 runs of one class (◀ the verdict's) — pod-b" in text
+    # pod-b has no verdict: its own most severe episode (queueing) is shown in full.
+    after_b = text.split("— pod-b")[2]
+    assert re.findall(r"^(\d\d:\d\d):00\s+(\w+)", after_b, re.M)[:11] == [
+        (f"21:{m}", "healthy") for m in (41, 42, 43)
+    ] + [(f"21:{m}", "queueing") for m in (44, 45, 46, 47, 48)] + [
+        (f"21:{m}", "healthy") for m in (49, 50, 51)
+    ]
+
+
+# ---------------------------------------------------------------- json
+
+
+def test_json_keeps_every_window_by_default_and_lists_episodes() -> None:
+    doc = json.loads(render(long_report(), Format.JSON))
+    assert doc["timeline"] == "full" and len(doc["windows"]) == 60
+    assert [(e["class"], e["windows"], e["verdict"]) for e in doc["episodes"]] == [
+        ("healthy", 30, False),
+        ("thrash_loop", 3, True),
+        ("healthy", 27, False),
+    ]
+    assert doc["episodes"][1] == {
+        "replica": "vllm.log",
+        "start": "2024-06-16T21:54:00+00:00",
+        "end": "2024-06-16T21:57:00+00:00",
+        "class": "thrash_loop",
+        "windows": 3,
+        "silent_windows": 0,
+        "preemptions": 21.0,
+        "preemptions_lower_bound": False,
+        "preemptions_estimated": False,
+        "kv_max": 99.2,
+        "waiting_max": 32,
+        "running_max": 12,
+        "confidence": {"high": 3},
+        "verdict": True,
+    }
+
+
+def test_json_episodes_mode_keeps_the_windows_shown_in_full() -> None:
+    doc = json.loads(render(long_report(), Format.JSON, timeline="episodes"))
+    assert doc["timeline"] == "episodes" and len(doc["episodes"]) == 3
+    starts = [w["start"][11:16] for w in doc["windows"]]
+    assert starts == [f"21:{m}" for m in range(51, 60)]
+
+
+@pytest.mark.parametrize("mode", list(TimelineMode))
+def test_json_streamed_windows_are_plain_json_dumps(mode: TimelineMode) -> None:
+    from preemptdiag.render.json_format import report_dict
+
+    r = long_report()
+    text = render(r, Format.JSON, timeline=mode)
+    assert text == json.dumps(report_dict(r, timeline=mode), indent=2) + "\n"
+
+
+# ---------------------------------------------------------------- a month of log
+
+
+def month_report() -> Report:
+    """30 days of healthy one-minute windows, with one known peak."""
+    n = 30 * 24 * 60
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    ws = []
+    for i in range(n):
+        kv = 61.5 if i == 20_000 else 30.0 + i % 20
+        waiting = 4 if i == 30_000 else 0
+        ws.append(
+            make_window(
+                0, start=base + timedelta(minutes=i), end=base + timedelta(minutes=i + 1),
+                kv_max=kv, waiting_max=waiting, cls=Class.HEALTHY, confidence=Confidence.HIGH,
+            )
+        )  # fmt: skip
+    v = Verdict(
+        cls=Class.HEALTHY, confidence=Confidence.HIGH, start=base,
+        end=base + timedelta(days=30), replica="a.log", why="nothing wrong", evidence=(),
+    )  # fmt: skip
+    return replace(thrash_report(), windows=tuple(ws), verdict=v)
+
+
+def test_a_month_of_healthy_windows_is_one_page() -> None:
+    r = month_report()
+    for width in (80, 100):
+        term = render(r, Format.TERMINAL, width=width)
+        assert len(term.splitlines()) < 60, term
+        assert max(len(ln) for ln in term.splitlines()) <= width
+        # the year is in the stamps of the verdict's span; the table needs no more
+        assert re.search(
+            r"^01-01 00:00 → 01-31 00:00\s+healthy ◀\s+43,200\s+0\s+61\.5\s+4\s+high$",
+            term,
+            re.M,
+        ), term
+        assert re.search(r"^01-14 21:20\s+healthy\s+0\s+61\.5\s", term, re.M), term
+        shown = term.split("Evidence")[0] if width == 100 else term.split("Timeline")[0]
+        assert "…" not in shown.replace("omitted …", "").replace("… ", ""), shown
+    md = render(r, Format.MARKDOWN)
+    assert len(md.splitlines()) < 150 and len(md.encode()) < 25_000
+    assert rows(md, "Episodes") == [
+        [
+            "2026-01-01 00:00 → 01-31 00:00",
+            "`healthy` ◀ verdict",
+            "43,200",
+            "0",
+            "61.5",
+            "4",
+            "high",
+        ]
+    ]
+    # the worst minute (KV 61.5 % at 2026-01-14 21:20) is among the windows shown
+    assert "| 2026-01-14 21:20:00 | `healthy` | 0 | 61.5 |" in md
+    assert len(json.loads(render(r, Format.JSON))["windows"]) == 43_200
+
+
+def test_a_day_of_real_stats_lines_gives_a_one_page_terminal_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = datetime(2026, 3, 2, tzinfo=UTC)
+    # line 4000 (11:06:40) carries the day's highest KV, line 7000 (19:26:40) its longest queue
+    lines = healthy_v1_log(start, 24 * 60, spikes={4000: (0, 77.7), 7000: (3, 41.0)})
+    monkeypatch.chdir(tmp_path)  # the evidence column holds the path as given
+    log = Path("day.log")
+    log.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["analyze", "--year", "2026", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) < 60, out
+    assert re.search(
+        r"^00:00:00 → 03-03 00:00:00\s+healthy ◀\s+1,440\s+0\s+77\.7\s+3\s+\w+$", out, re.M
+    ), out
+    assert re.search(r"^11:06:00\s+healthy\s+0\s+77\.7\b", out, re.M)  # the worst minute
+    assert main(["analyze", "--year", "2026", "--format", "markdown", str(log)]) == 0
+    md = capsys.readouterr().out
+    assert rows(md, "Episodes")[0][:6] == [
+        "00:00:00 → 03-03 00:00:00", "`healthy` ◀ verdict", "1,440", "0", "77.7", "3",
+    ]  # fmt: skip
+    assert main(["analyze", "--year", "2026", "--format", "json", str(log)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["windows"]) == 1440
+    (ep,) = doc["episodes"]
+    assert (ep["start"], ep["end"], ep["windows"], ep["kv_max"], ep["waiting_max"]) == (
+        "2026-03-02T00:00:00+00:00",
+        "2026-03-03T00:00:00+00:00",
+        1440,
+        77.7,
+        3,
+    )
+
+
+def test_timeline_option_is_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("\n".join(healthy_v1_log(datetime(2026, 3, 2, tzinfo=UTC), 50)) + "\n")
+    assert main(["analyze", "--year", "2026", "--timeline", "all", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "preemptdiag: error: --timeline must be one of full, episodes, not 'all'"
+    assert main(["analyze", "--year", "2026", "--timeline", "full", "-f", "json", str(log)]) == 0
+    assert len(json.loads(capsys.readouterr().out)["windows"]) == 50
+    assert (
+        main(["analyze", "--year", "2026", "--timeline", "episodes", "-f", "json", str(log)]) == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["timeline"] == "episodes" and len(doc["windows"]) < 50
+
+
+# ---------------------------------------------------------------- incident reports
+
+
+INCIDENTS = [
+    ["samples/v0_thrash_loop.log"],
+    ["samples/v1_thrash_loop.log"],
+    ["samples/sglang_thrash.log"],
+    ["samples/v1_cuda_oom.log"],
+    ["samples/v1_queueing.log"],
+    ["samples/v0_benign_preemption.log"],
+    ["samples/host_oom_incident/engine.log", "samples/host_oom_incident/dmesg.log",
+     "samples/host_oom_incident/describe.txt"],
+]  # fmt: skip
+ENGINE = ROOT / "tests/fixtures/engine/vllm-0.32.0"
+for _case in ("thrash_loop", "queueing", "benign_preemption", "healthy"):
+    _scrapes = sorted(str(p.relative_to(ROOT)) for p in (ENGINE / _case).glob("metrics-*.prom"))
+    INCIDENTS.append([str((ENGINE / _case / "server.log").relative_to(ROOT)), *_scrapes])
+
+
+@pytest.mark.parametrize(
+    "files", INCIDENTS, ids=[Path(f[0]).parent.name + "/" + Path(f[0]).name for f in INCIDENTS]
+)
+def test_incident_reports_show_the_verdicts_windows_in_full(
+    files: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    main(["analyze", "--year", "2026", "--format", "json", *files])
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    v = doc["verdict"]
+    mine = [
+        w for w in doc["windows"]
+        if w["class"] == v["class"] and w["replica"] == v["replica"]
+        and v["start"] <= w["start"] and w["start"] < v["end"]
+    ]  # fmt: skip
+    assert mine, v
+    main(["analyze", "--year", "2026", "--format", "markdown", *files])
+    md = capsys.readouterr().out
+    timeline = md.split("#### Timeline")[1].split("####")[0]
+    for w in mine:
+        assert re.search(rf"\| {w['start'][11:19]} \|(?: [^|]+ \|)? `{v['class']}` \|", timeline), w
+    assert "omitted" not in timeline
