@@ -447,7 +447,43 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
     return w.written
 
 
-PROFILES = {"vllm": generate, "sglang-dense": generate_dense}
+STATS_EVERY_S = 10  # vLLM's default stats interval
+STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
+
+
+def generate_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """A healthy V1 server with request logging off, as a long-running one prints:
+    its start-up lines, then one stats line every 10 s and nothing else: `size` //
+    240 of them (a stats line is ~240 bytes; `span_bytes(days)` gives the size of
+    exactly that many days: 1 day 8,640 lines, ~2 MB; 30 days 259,200, ~62 MB). The
+    per-signal-line cost over a long span: lines grow with time, not traffic."""
+    rng = random.Random(seed)
+    w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
+    e = Engine(
+        v1=True,
+        version="0.12.0",
+        stats_every=STATS_EVERY_S,
+        api="(APIServer pid=1) ",
+        core="(EngineCore_DP0 pid=312) ",
+    )
+    startup(w, e)
+    ld = Load(running=12, kv=20.0)
+    for _ in range(size // STATS_LINE_BYTES):
+        w.now += timedelta(seconds=STATS_EVERY_S)
+        # Healthy: the load wanders well below the pool, the queue stays empty.
+        ld.running = max(1, min(60, ld.running + rng.randrange(-3, 4)))
+        ld.kv = max(2.0, min(70.0, ld.kv + rng.uniform(-2.0, 2.0)))
+        stats_line(w, e, ld, 0)
+    w.flush()
+    return w.written
+
+
+def span_bytes(days: float) -> int:
+    """The `size` for which generate_stats writes `days` days of stats lines."""
+    return int(days * 86_400 / STATS_EVERY_S) * STATS_LINE_BYTES
+
+
+PROFILES = {"vllm": generate, "sglang-dense": generate_dense, "vllm-stats": generate_stats}
 
 
 def main(argv: list[str] | None = None) -> int:

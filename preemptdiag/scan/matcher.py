@@ -74,6 +74,14 @@ class ScanResult:
     recognised: Counter[str] = field(default_factory=Counter)
     # Set while scanning with rollups on (rollup.py); closed before the result leaves.
     sink: RollupSink | None = None
+    # Lines a closed rollup keeps besides its carrier (its last, peak, preempting
+    # lines): each costs what a hit does, so the memory guard counts them (limits.py).
+    members: int = 0
+
+    @property
+    def held(self) -> int:
+        """Hit objects this result keeps: what --max-events bounds."""
+        return len(self.hits) + self.members + (self.sink.members if self.sink else 0)
 
     def add(self, hit: Hit) -> None:
         if self.sink is None:
@@ -84,6 +92,7 @@ class ScanResult:
     def close(self) -> None:
         if self.sink is not None:
             self.sink.close()
+            self.members += self.sink.members
             self.sink = None
 
 

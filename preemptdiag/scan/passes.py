@@ -8,8 +8,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import BinaryIO
 
+from preemptdiag.ingest.snapshot import Snapshot, check, take
 from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
-from preemptdiag.scan.limits import too_many
+from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise
 from preemptdiag.scan.matcher import (
     DECOY,
@@ -117,10 +118,24 @@ def scan_fast(
     first_line: int = 1,
     max_hits: int | None = None,
     rollup: bool = False,
+    snap: Snapshot | None = None,
+    budget: Budget | None = None,
 ) -> ScanResult:
-    """Scan `src` (or `byte_range` of it); more than `max_hits` hits is a DiagError,
-    raised as soon as a block crosses it (see limits.py). With `rollup`, stats lines
-    of one stream and clock minute come back merged (rollup.py)."""
+    """Scan `src` (or `byte_range` of it); more than `max_hits` events held is a
+    DiagError, raised as soon as a block crosses it (see limits.py), and so is a
+    shared `budget` (--jobs workers) running out. With `rollup`, stats lines of one
+    stream and clock minute come back merged (rollup.py).
+
+    A file is read from `snap` (one open for the run, snapshot.py), or from one taken
+    here; a file cut shorter while it is read is a DiagError."""
+    if snap is None and src.path is not None:
+        own = take(src.path, src.name)
+        try:
+            return scan_fast(
+                src, matcher, progress, byte_range, first_line, max_hits, rollup, own, budget
+            )
+        finally:
+            own.close()
     result = ScanResult(source=src.name)
     matcher.begin()
     if rollup:
@@ -135,7 +150,7 @@ def scan_fast(
     # the pieces of a wrapped record that start before a block.
     pending: list[_Pending] = []
     above: list[str] = []
-    with open_binary(src) as f:
+    with open_binary(src, snap) as f:
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
@@ -167,8 +182,10 @@ def scan_fast(
             result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
-            if max_hits is not None and len(result.hits) > max_hits:
+            if max_hits is not None and result.held > max_hits:
                 raise too_many(src.name, max_hits)
+            if budget is not None:
+                budget.spend(result.held)
             if progress is not None:
                 if on_disk is None:
                     progress(size)
@@ -184,7 +201,11 @@ def scan_fast(
                 p.match(src.name, matcher, result, last)
         if was_truncated(f):
             result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+    if snap is not None:
+        check(snap)
     result.close()
+    if budget is not None:
+        budget.spend(result.held)
     return result
 
 
