@@ -124,11 +124,11 @@ def _prose(rng: random.Random, n_words: int) -> str:
     return " ".join(out)
 
 
-def _prompt_pool(rng: random.Random) -> list[Prompt]:
+def _prompt_pool(rng: random.Random, mu: float = 5.3, sigma: float = 0.7) -> list[Prompt]:
     pool: list[Prompt] = []
     for i in range(POOL_SIZE):
         # Long-tailed lengths: most prompts are a few hundred words, some are documents.
-        n_words = int(min(4000, rng.lognormvariate(5.3, 0.7)))
+        n_words = int(min(4000, rng.lognormvariate(mu, sigma)))
         body = _prose(rng, max(5, n_words))
         if i % 60 == 7:  # ~1.7 % of prompts quote a signal line
             cut = rng.randrange(len(body) // 2 + 1)
@@ -447,6 +447,37 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
     return w.written
 
 
+def generate_requests(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """A busy V1 chat server with request logging on, the production shape before
+    vLLM turned it off by default: short chat prompts (median ~45 words) at 20-60
+    requests a second, each a `Received request ... prompt: '...'` line, an `Added
+    request` line and a uvicorn access line, a stats line every 10 s. Many short
+    lines a GiB (line numbering) and many prompts holding a loose literal (prefilter)."""
+    rng = random.Random(seed)
+    pool = _prompt_pool(rng, mu=3.8, sigma=0.8)
+    w = Writer(out, rng, datetime(2025, 6, 3, 8, 0, 0))
+    e = Engine(
+        v1=True,
+        version="0.12.0",
+        stats_every=STATS_EVERY_S,
+        api="(APIServer pid=1) ",
+        core="(EngineCore_DP0 pid=312) ",
+    )
+    startup(w, e)
+    ld = Load()
+    tick = 0
+    while w.size < size:
+        w.now += timedelta(seconds=1)
+        tick += 1
+        _step_load(rng, ld)
+        for _ in range(rng.randrange(20, 60)):
+            request(w, e, pool)
+        if tick % STATS_EVERY_S == 0:
+            stats_line(w, e, ld, 0)
+    w.flush()
+    return w.written
+
+
 STATS_EVERY_S = 10  # vLLM's default stats interval
 STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
 
@@ -483,7 +514,12 @@ def span_bytes(days: float) -> int:
     return int(days * 86_400 / STATS_EVERY_S) * STATS_LINE_BYTES
 
 
-PROFILES = {"vllm": generate, "sglang-dense": generate_dense, "vllm-stats": generate_stats}
+PROFILES = {
+    "vllm": generate,
+    "sglang-dense": generate_dense,
+    "vllm-stats": generate_stats,
+    "vllm-requests": generate_requests,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
