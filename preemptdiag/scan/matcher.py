@@ -165,6 +165,11 @@ class Matcher:
             return [self.sigs[pos] for pos in self._lit_sigs[only]]
         return [self.sigs[pos] for pos in sorted({p for i in found for p in self._lit_sigs[i]})]
 
+    def rejoined_covers(self, source: str, lineno: int) -> bool:
+        """Whether line `lineno` is a piece of the wrapped record matched whole last."""
+        done = self._rejoined
+        return done is not None and done[0] == source and done[1] < lineno <= done[2]
+
     def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
         """True when a request marker opens the line before every literal in it.
 
@@ -195,11 +200,10 @@ class Matcher:
         """Match one candidate line; `next_raw(k)` / `prev_raw(k)` give the k-th
         physical line after / before it (None where unknown), read only when a
         hard-wrapped record must be rejoined."""
-        done = self._rejoined
-        if done is not None and done[0] == source and done[1] < lineno <= done[2]:
+        if self.rejoined_covers(source, lineno):
             return  # a piece of a wrapped record matched whole already
         if sigs is None:
-            decoy = _decoy_position(raw)
+            decoy = decoy_position(raw)
             cands = self.candidates(raw, decoy)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
@@ -298,7 +302,7 @@ class Matcher:
     ) -> bool:
         found = False
         taken: list[tuple[int, int, Signature]] = []
-        decoy_at = _decoy_position(text)
+        decoy_at = decoy_position(text)
         for sig in cands:
             for m in sig.finditer(text):
                 start, end = m.span()
@@ -331,8 +335,8 @@ class Matcher:
                         sig=sig.id,
                         kind=sig.kind,
                         fields=fields,
-                        text=_cut(record_text(text, start, end)),
-                        ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
+                        text=cut(record_text(text, start, end)),
+                        ts_wrapper=ts_tag(ts_wrapper, ts_kind),
                         ts_engine=engine_ts_before(text, start),
                         proc=proc,
                         repeat=repeat_count(text) if "[repeated" in text else 1,
@@ -353,7 +357,7 @@ def _count_unparsed(text: str, cands: Iterable[Signature], result: ScanResult) -
         result.skipped[f"{UNPARSED}{sig.id}"] += 1
 
 
-def _cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
+def cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     """Shorten evidence at a space so no token is split: a secret cut in half would
     be too short for the redactor to recognise."""
     if len(text) <= limit:
@@ -366,14 +370,14 @@ def _declared(a: Signature, b: Signature) -> bool:
     return b.id in a.overlaps or a.id in b.overlaps
 
 
-def _ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
+def ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
     """Keep the wrapper format with its text so events can parse it without guessing."""
     if ts is None:
         return None
     return WrapperStamp(kind or "", ts)
 
 
-def _decoy_position(text: str) -> int | None:
+def decoy_position(text: str) -> int | None:
     best: int | None = None
     for marker in _DECOY_MARKERS:
         i = text.find(marker)

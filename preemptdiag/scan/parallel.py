@@ -26,6 +26,7 @@ from preemptdiag.ingest.snapshot import Snapshot, take
 from preemptdiag.ingest.sources import Source
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import Hit
+from preemptdiag.scan.bulk import mark_forked
 from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
@@ -212,7 +213,9 @@ def _run(
 
     counter = _INHERITED["counter"]  # progress: bytes the workers scanned
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=mark_forked
+        ) as pool:
             futures = [pool.submit(_scan_part, (i, sources[i], rng)) for i, rng in tasks]
             # Only now, with the children forked: a progress bar runs a thread.
             progress = start_progress() if start_progress is not None else None

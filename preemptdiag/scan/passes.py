@@ -10,6 +10,7 @@ from typing import BinaryIO
 
 from preemptdiag.ingest.snapshot import Snapshot, check, take
 from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise
 from preemptdiag.scan.matcher import (
@@ -165,6 +166,7 @@ def scan_fast(
             cands = finder.candidate_lines(block, size)
             numbers, newlines = number_lines(block, cands, next_line, size)
             tail = tail_start(block, size)
+            items: list[Item] = []
             for (start, end, first), lineno in zip(cands, numbers, strict=True):
                 if matcher.decoy_only(block, start, end, first):
                     result.skipped[DECOY] += 1
@@ -175,7 +177,10 @@ def scan_fast(
                     pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
                     continue
                 following: NextLine = partial(line_at, block, end + 1, size, look)
-                matcher.match(src.name, lineno, raw, following, result, prev_raw=before)
+                items.append(Item(lineno, raw, following, before))
+            # In line order, before the tail's pending lines (matched with the next
+            # block), and while `block` still holds the lines around them.
+            match_block(matcher, src.name, items, result)
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:
                 result.skipped[NUL_BYTES] += block.count(b"\x00", 0, size)
