@@ -344,7 +344,10 @@ def oom_crash(w: Writer, e: Engine) -> None:
     )
 
 
-def run_engine(w: Writer, e: Engine, pool: list[Prompt], until: int) -> None:
+def run_engine(
+    w: Writer, e: Engine, pool: list[Prompt], until: int, rate: tuple[int, int] = (8, 24)
+) -> None:
+    """Serve until the log reaches `until` bytes, `rate` requests a second."""
     rng = w.rng
     ld = Load()
     startup(w, e)
@@ -354,7 +357,7 @@ def run_engine(w: Writer, e: Engine, pool: list[Prompt], until: int) -> None:
         w.now += timedelta(seconds=1)
         tick += 1
         _step_load(rng, ld)
-        for _ in range(rng.randrange(8, 24)):
+        for _ in range(rng.randrange(*rate)):
             request(w, e, pool)
         if tick % 15 == 0:
             w.line(
@@ -447,6 +450,16 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
     return w.written
 
 
+def _v1_engine() -> Engine:
+    return Engine(
+        v1=True,
+        version="0.12.0",
+        stats_every=STATS_EVERY_S,
+        api="(APIServer pid=1) ",
+        core="(EngineCore_DP0 pid=312) ",
+    )
+
+
 def generate_requests(out: BinaryIO, size: int, seed: int = 0) -> int:
     """A busy V1 chat server with request logging on, the production shape before
     vLLM turned it off by default: short chat prompts (median ~45 words) at 20-60
@@ -456,24 +469,7 @@ def generate_requests(out: BinaryIO, size: int, seed: int = 0) -> int:
     rng = random.Random(seed)
     pool = _prompt_pool(rng, mu=3.8, sigma=0.8)
     w = Writer(out, rng, datetime(2025, 6, 3, 8, 0, 0))
-    e = Engine(
-        v1=True,
-        version="0.12.0",
-        stats_every=STATS_EVERY_S,
-        api="(APIServer pid=1) ",
-        core="(EngineCore_DP0 pid=312) ",
-    )
-    startup(w, e)
-    ld = Load()
-    tick = 0
-    while w.size < size:
-        w.now += timedelta(seconds=1)
-        tick += 1
-        _step_load(rng, ld)
-        for _ in range(rng.randrange(20, 60)):
-            request(w, e, pool)
-        if tick % STATS_EVERY_S == 0:
-            stats_line(w, e, ld, 0)
+    run_engine(w, _v1_engine(), pool, until=size, rate=(20, 60))
     w.flush()
     return w.written
 
@@ -490,13 +486,7 @@ def generate_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
     per-signal-line cost over a long span: lines grow with time, not traffic."""
     rng = random.Random(seed)
     w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
-    e = Engine(
-        v1=True,
-        version="0.12.0",
-        stats_every=STATS_EVERY_S,
-        api="(APIServer pid=1) ",
-        core="(EngineCore_DP0 pid=312) ",
-    )
+    e = _v1_engine()
     startup(w, e)
     ld = Load(running=12, kv=20.0)
     for _ in range(size // STATS_LINE_BYTES):

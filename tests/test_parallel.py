@@ -255,11 +255,18 @@ def test_log_cut_by_copytruncate_during_jobs_2_is_refused_not_read_in_part(
     )
 
 
-def test_log_cut_by_copytruncate_during_one_process_scan_is_refused(tmp_path: Path) -> None:
-    # Two blocks: the file is cut after the first is read, as logrotate would.
+@pytest.fixture
+def two_blocks(tmp_path: Path) -> Path:
+    """A dense log of two 1 MiB blocks and more: a scan reads it in three steps."""
     path = tmp_path / "server.log"
     with path.open("wb") as f:
         _bench_generator().generate_dense(f, 3 << 20, seed=2)
+    return path
+
+
+def test_log_cut_by_copytruncate_during_one_process_scan_is_refused(two_blocks: Path) -> None:
+    # The file is cut after the first block is read, as logrotate would.
+    path = two_blocks
     size = path.stat().st_size
 
     def cut(_n: int) -> None:
@@ -270,12 +277,10 @@ def test_log_cut_by_copytruncate_during_one_process_scan_is_refused(tmp_path: Pa
         scan_fast(open_source(str(path)), MATCHER, progress=cut)
 
 
-def test_a_growing_log_is_read_to_its_size_when_opened(tmp_path: Path) -> None:
+def test_a_growing_log_is_read_to_its_size_when_opened(two_blocks: Path) -> None:
     # A live log grows while it is read: every reader stops where the file ended when
     # the run opened it, so --jobs 1 and 2 read the same bytes.
-    path = tmp_path / "server.log"
-    with path.open("wb") as f:
-        _bench_generator().generate_dense(f, 3 << 20, seed=2)
+    path = two_blocks
     size = path.stat().st_size
 
     def grow(_n: int) -> None:

@@ -37,17 +37,22 @@ def take(path: os.PathLike[str] | str, name: str) -> Snapshot:
     """Open `path` once; OSErrors become the one-line errors open_binary gives."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        # Sniffed a moment ago: rotated or deleted since.
-        raise DiagError(f"{name}: no such file (removed while being read)") from None
-    except PermissionError:
-        raise DiagError(f"{name}: permission denied") from None
     except OSError as exc:
-        raise DiagError(f"{name}: cannot read ({exc.strerror or exc})") from None
+        raise read_error(name, exc) from None
     st = os.fstat(fd)
     # A FIFO or device has no size to hold readers to: read it as a stream.
     size = st.st_size if stat.S_ISREG(st.st_mode) else -1
     return Snapshot(fd, size, name)
+
+
+def read_error(name: str, exc: OSError) -> DiagError:
+    """The one-line error for a file that fails to open or read."""
+    if isinstance(exc, FileNotFoundError):
+        # Sniffed a moment ago: rotated or deleted since (logrotate runs while we read).
+        return DiagError(f"{name}: no such file (removed while being read)")
+    if isinstance(exc, PermissionError):
+        return DiagError(f"{name}: permission denied")
+    return DiagError(f"{name}: cannot read ({exc.strerror or exc})")
 
 
 def check(snap: Snapshot) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from preemptdiag.ingest.compression import CODECS, DecompressedStream, archive, detect
-from preemptdiag.ingest.snapshot import PositionalReader, Snapshot
+from preemptdiag.ingest.snapshot import PositionalReader, Snapshot, read_error
 from preemptdiag.model.errors import DiagError
 
 SNIFF_BYTES = 64 * 1024
@@ -236,7 +236,7 @@ def open_binary(src: Source, snap: Snapshot | None = None) -> Iterator[BinaryIO]
         try:
             yield _layered(src, PositionalReader(snap))
         except OSError as exc:
-            raise DiagError(f"{src.name}: cannot read ({exc.strerror or exc})") from None
+            raise read_error(src.name, exc) from None
         return
     try:
         if src.codec is not None:
@@ -245,10 +245,5 @@ def open_binary(src: Source, snap: Snapshot | None = None) -> Iterator[BinaryIO]
         else:
             with src.path.open("rb", buffering=0) as f:
                 yield _layered(src, f)
-    except PermissionError:
-        raise DiagError(f"{src.name}: permission denied") from None
-    except FileNotFoundError:
-        # Sniffed a moment ago: rotated or deleted since (logrotate runs while we read).
-        raise DiagError(f"{src.name}: no such file (removed while being read)") from None
     except OSError as exc:
-        raise DiagError(f"{src.name}: cannot read ({exc.strerror or exc})") from None
+        raise read_error(src.name, exc) from None

@@ -30,17 +30,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from preemptdiag.model.records import FieldValue, Hit
-from preemptdiag.scan.lines import (
-    Line,
-    engine_ts_before,
-    normalise,
-    proc_before,
-    record_text,
-    repeat_count,
-    sglang_rank,
-)
-from preemptdiag.scan.matcher import Matcher, ScanResult, cut, decoy_position, ts_tag
+from preemptdiag.model.records import FieldValue
+from preemptdiag.scan import lines as ln
+from preemptdiag.scan.lines import Line
+from preemptdiag.scan.matcher import Matcher, ScanResult, Stamps, decoy_position, new_hit
 from preemptdiag.scan.signatures import CONVERTERS, Signature
 
 if TYPE_CHECKING:
@@ -129,7 +122,7 @@ def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
         cands = matcher.candidates(it.raw)
         if not cands or not all(s.builtin for s in cands):
             continue
-        line = normalise(it.raw.rstrip("\r\n"))
+        line = ln.normalise(it.raw.rstrip("\r\n"))
         if not line.text.isascii() or decoy_position(line.text) is not None:
             continue
         groups.setdefault(tuple(s.id for s in cands), []).append((k, line, cands))
@@ -206,22 +199,7 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
             fields[name] = None if raw is None else CONVERTERS[typ](raw)
     except (ValueError, OverflowError):
         return False
-    result.add(
-        Hit(
-            source=source,
-            line=lineno,
-            sig=sig.id,
-            kind=sig.kind,
-            fields=fields,
-            text=cut(record_text(text, r.start, r.end)),
-            ts_wrapper=ts_tag(line.ts_wrapper, line.ts_kind),
-            ts_engine=engine_ts_before(text, r.start),
-            proc=proc_before(text, r.start) or sglang_rank(line.rank),
-            repeat=repeat_count(text) if "[repeated" in text else 1,
-            pod=line.pod,
-            uptime=line.uptime,
-            engine=sig.engine,
-        )
-    )
+    head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
+    result.add(new_hit(source, lineno, sig, fields, text, r.start, r.end, head))
     result.recognised[sig.family] += 1
     return True

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from preemptdiag.model.records import Hit, WrapperStamp
+from preemptdiag.model.records import FieldValue, Hit, WrapperStamp
 from preemptdiag.scan.lines import (
     Line,
     engine_ts_before,
@@ -327,26 +327,49 @@ class Matcher:
                     continue
                 taken.append((start, end, sig))
                 found = True
-                proc = proc_before(text, start) or sglang_rank(rank)
-                result.add(
-                    Hit(
-                        source=source,
-                        line=lineno,
-                        sig=sig.id,
-                        kind=sig.kind,
-                        fields=fields,
-                        text=cut(record_text(text, start, end)),
-                        ts_wrapper=ts_tag(ts_wrapper, ts_kind),
-                        ts_engine=engine_ts_before(text, start),
-                        proc=proc,
-                        repeat=repeat_count(text) if "[repeated" in text else 1,
-                        pod=pod,
-                        uptime=uptime,
-                        engine=sig.engine,
-                    )
-                )
+                stamp = Stamps(ts_wrapper, ts_kind, rank, pod, uptime)
+                result.add(new_hit(source, lineno, sig, fields, text, start, end, stamp))
                 result.recognised[sig.family] += 1
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class Stamps:
+    """What normalise took off a line's head, as a hit keeps it."""
+
+    ts_wrapper: str | None
+    ts_kind: str | None
+    rank: str | None
+    pod: str | None
+    uptime: float | None
+
+
+def new_hit(
+    source: str,
+    lineno: int,
+    sig: Signature,
+    fields: dict[str, FieldValue],
+    text: str,
+    start: int,
+    end: int,
+    head: Stamps,
+) -> Hit:
+    """The hit of one match of `sig` at text[start:end]."""
+    return Hit(
+        source=source,
+        line=lineno,
+        sig=sig.id,
+        kind=sig.kind,
+        fields=fields,
+        text=cut(record_text(text, start, end)),
+        ts_wrapper=ts_tag(head.ts_wrapper, head.ts_kind),
+        ts_engine=engine_ts_before(text, start),
+        proc=proc_before(text, start) or sglang_rank(head.rank),
+        repeat=repeat_count(text) if "[repeated" in text else 1,
+        pod=head.pod,
+        uptime=head.uptime,
+        engine=sig.engine,
+    )
 
 
 def _count_unparsed(text: str, cands: Iterable[Signature], result: ScanResult) -> None:

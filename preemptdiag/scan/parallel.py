@@ -174,14 +174,8 @@ def scan_parallel(
             assert path is not None  # plan never gives stdin to a worker
             snaps[i] = take(path, sources[i].name)
             _check_cut(snaps[i], [r for j, r in tasks if j == i and r is not None])
-        _INHERITED.update(
-            matcher=matcher,
-            counter=counter,
-            max_hits=max_hits,
-            rollup=rollup,
-            held=held,
-            snaps=snaps,
-        )
+        _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
+        _INHERITED.update(held=held, snaps=snaps)  # what workers hold; the files opened
         return _run(sources, tasks, jobs, ctx, start_progress, while_waiting, held, max_hits)
     finally:
         _INHERITED.clear()
