@@ -27,6 +27,7 @@ V1 = (
 
 def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, min_lines: int) -> ScanResult:
     monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
     return scan_fast(open_source(str(path)), MATCHER, rollup=False)
 
 
@@ -100,3 +101,24 @@ def test_odd_lines_among_like_ones_fall_back_and_count_as_one_by_one(
     assert sum(h.line == 11 for h in res.hits) == 2
     assert res.skipped["unreadable value: vllm.v1.stats"] == 1
     assert res.skipped["decoy in request text"] == 1
+
+
+def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fewer candidate lines than AFTER_LINES before a block: it is matched one by one
+    # (polars' string kernels would cost more memory than they save time).
+    lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
+    calls: list[int] = []
+    real = bulk._find
+
+    def spy(matcher: Matcher, items: Any) -> Any:
+        calls.append(len(items))
+        return real(matcher, items)
+
+    monkeypatch.setattr(bulk, "_find", spy)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert calls == []
+    monkeypatch.setattr(bulk, "AFTER_LINES", 1000)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert len(calls) == 2  # the blocks after the first

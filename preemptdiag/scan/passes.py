@@ -151,6 +151,7 @@ def scan_fast(
     # the pieces of a wrapped record that start before a block.
     pending: list[_Pending] = []
     above: list[str] = []
+    seen = 0  # candidate lines matched so far (bulk.match_block)
     with open_binary(src, snap) as f:
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
@@ -180,7 +181,8 @@ def scan_fast(
                 items.append(Item(lineno, raw, following, before))
             # In line order, before the tail's pending lines (matched with the next
             # block), and while `block` still holds the lines around them.
-            match_block(matcher, src.name, items, result)
+            match_block(matcher, src.name, items, result, seen)
+            seen += len(items)
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:
                 result.skipped[NUL_BYTES] += block.count(b"\x00", 0, size)
