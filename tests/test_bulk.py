@@ -122,3 +122,29 @@ def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(bulk, "AFTER_LINES", 1000)
     scan_fast(open_source(str(path)), MATCHER)
     assert len(calls) == 2  # the blocks after the first
+
+
+def test_lines_only_regex_matches_stop_the_bulk_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SGLang's batch lines need look-arounds: no polars, and after one block that
+    # gained nothing the next RETRY_BLOCKS blocks do not try (no work done twice).
+    path = tmp_path / "sglang.log"
+    with path.open("wb") as f:
+        _bench_generator().generate_dense(f, 4 << 20, seed=5)
+    calls: list[int] = []
+    real = bulk._find
+
+    def spy(matcher: Matcher, items: Any) -> Any:
+        found = real(matcher, items)
+        calls.append(len(found))
+        return found
+
+    monkeypatch.setattr(bulk, "_find", spy)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    res = scan_fast(open_source(str(path)), MATCHER)
+    assert res.bytes_read > 4 << 20  # five blocks
+    assert calls == [0]
+    monkeypatch.setattr(bulk, "RETRY_BLOCKS", 2)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert calls == [0, 0, 0]  # blocks 0 and 2 (block 4 holds too few lines to try)

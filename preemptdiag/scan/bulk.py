@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import regex
+
 from preemptdiag.model.records import FieldValue
 from preemptdiag.scan import lines as ln
 from preemptdiag.scan.lines import Line
@@ -46,6 +48,7 @@ MIN_LINES = 48
 # kernels page in ~10 MiB more of its library (peak RSS of a 1-day stats log: 90 ->
 # 101 MiB), worth it only where the per-line cost is seconds (~2.5 days of stats).
 AFTER_LINES = 20_000
+RETRY_BLOCKS = 64  # blocks matched one by one after a block where bulk did not pay
 # Group names for the match's prefix and whole (no signature field is named so).
 _PRE, _ALL = "bulk_prefix_", "bulk_match_"
 
@@ -71,14 +74,20 @@ class _Ready:
     groups: dict[str, str | None]
 
 
+# What Rust's regex lacks (look-around, back-references, atomic groups, possessive
+# quantifiers, conditionals), seen in the pattern's text: refused without asking
+# polars, whose string kernels cost memory to page in (a false alarm only keeps a
+# pattern on the regex path).
+_NOT_RUST = regex.compile(r"\(\?<?[=!]|\(\?>|\(\?P=|\\[1-9]|[*+?}]\+|\(\?\(")
+
+
 @cache
 def rust_ok(pattern: str) -> bool:
     """Whether polars' Rust regex compiles `pattern` (and it cannot match nothing)."""
-    import polars as pl
-    import regex
-
-    if regex.search(pattern, "") is not None:
+    if _NOT_RUST.search(pattern) or regex.search(pattern, "") is not None:
         return False
+    import polars as pl
+
     try:
         pl.Series([""], dtype=pl.Utf8).str.count_matches(pattern)
     except Exception:  # polars raises ComputeError for what Rust's regex rejects
@@ -106,17 +115,19 @@ def mark_forked() -> None:
 
 
 def match_block(
-    matcher: Matcher, source: str, items: Sequence[Item], result: ScanResult, seen: int = 0
-) -> None:
-    """Match `items` in order, as Matcher.match would one by one; `seen`: candidate
-    lines the scan matched before these."""
+    matcher: Matcher, source: str, items: Sequence[Item], result: ScanResult, bulk: bool
+) -> bool:
+    """Match `items` in order, as Matcher.match would one by one; with `bulk`, like
+    lines together where that pays. True when some did (scan_fast stops trying for
+    a while when not: the work to find out is done again per line)."""
     ready: dict[int, _Ready] = {}
-    if len(items) >= MIN_LINES and seen >= AFTER_LINES and usable():
+    if bulk and len(items) >= MIN_LINES:
         ready = _find(matcher, items)
     for k, it in enumerate(items):
         r = ready.get(k)
         if r is None or not _emit(matcher, source, it.lineno, r, result):
             matcher.match(source, it.lineno, it.raw, it.following, result, prev_raw=it.before)
+    return bool(ready)
 
 
 def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
@@ -135,9 +146,20 @@ def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
         groups.setdefault(tuple(s.id for s in cands), []).append((k, line, cands))
     ready: dict[int, _Ready] = {}
     for members in groups.values():
-        if len(members) >= MIN_LINES:
+        if (
+            len(members) >= MIN_LINES
+            and _worth_it(members[0][1].text, members[0][2])
+            and usable()  # imported only now: lines only `regex` matches never need it
+        ):
             ready.update(_find_group(members))
     return ready
+
+
+def _worth_it(text: str, cands: Sequence[Signature]) -> bool:
+    """Whether the signature that matches a group's first line runs in polars: a
+    group of lines that only `regex` can match (SGLang's batch lines) gains nothing."""
+    matching = [s for s in cands if any(True for _ in s.finditer(text))]
+    return len(matching) == 1 and rust_ok(matching[0].pattern)
 
 
 def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _Ready]:

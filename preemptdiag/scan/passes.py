@@ -10,6 +10,7 @@ from typing import BinaryIO
 
 from preemptdiag.ingest.snapshot import Snapshot, check, take
 from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise
@@ -151,7 +152,9 @@ def scan_fast(
     # the pieces of a wrapped record that start before a block.
     pending: list[_Pending] = []
     above: list[str] = []
-    seen = 0  # candidate lines matched so far (bulk.match_block)
+    # bulk.match_block: candidate lines and blocks matched so far, and the block
+    # from which like lines are tried in bulk again.
+    seen = blocks = retry_at = 0
     with open_binary(src, snap) as f:
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
@@ -181,8 +184,11 @@ def scan_fast(
                 items.append(Item(lineno, raw, following, before))
             # In line order, before the tail's pending lines (matched with the next
             # block), and while `block` still holds the lines around them.
-            match_block(matcher, src.name, items, result, seen)
+            bulk = seen >= bulk_mod.AFTER_LINES and blocks >= retry_at
+            if not match_block(matcher, src.name, items, result, bulk) and bulk:
+                retry_at = blocks + bulk_mod.RETRY_BLOCKS
             seen += len(items)
+            blocks += 1
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:
                 result.skipped[NUL_BYTES] += block.count(b"\x00", 0, size)
