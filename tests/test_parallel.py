@@ -257,10 +257,10 @@ def test_log_cut_by_copytruncate_during_jobs_2_is_refused_not_read_in_part(
 
 @pytest.fixture
 def two_blocks(tmp_path: Path) -> Path:
-    """A dense log of two 1 MiB blocks and more: a scan reads it in three steps."""
+    """A dense log of more than one 1 MiB block: a scan reads it in two steps."""
     path = tmp_path / "server.log"
     with path.open("wb") as f:
-        _bench_generator().generate_dense(f, 3 << 20, seed=2)
+        _bench_generator().generate_dense(f, 3 << 19, seed=2)
     return path
 
 
