@@ -124,11 +124,11 @@ def _prose(rng: random.Random, n_words: int) -> str:
     return " ".join(out)
 
 
-def _prompt_pool(rng: random.Random) -> list[Prompt]:
+def _prompt_pool(rng: random.Random, mu: float = 5.3, sigma: float = 0.7) -> list[Prompt]:
     pool: list[Prompt] = []
     for i in range(POOL_SIZE):
         # Long-tailed lengths: most prompts are a few hundred words, some are documents.
-        n_words = int(min(4000, rng.lognormvariate(5.3, 0.7)))
+        n_words = int(min(4000, rng.lognormvariate(mu, sigma)))
         body = _prose(rng, max(5, n_words))
         if i % 60 == 7:  # ~1.7 % of prompts quote a signal line
             cut = rng.randrange(len(body) // 2 + 1)
@@ -344,7 +344,10 @@ def oom_crash(w: Writer, e: Engine) -> None:
     )
 
 
-def run_engine(w: Writer, e: Engine, pool: list[Prompt], until: int) -> None:
+def run_engine(
+    w: Writer, e: Engine, pool: list[Prompt], until: int, rate: tuple[int, int] = (8, 24)
+) -> None:
+    """Serve until the log reaches `until` bytes, `rate` requests a second."""
     rng = w.rng
     ld = Load()
     startup(w, e)
@@ -354,7 +357,7 @@ def run_engine(w: Writer, e: Engine, pool: list[Prompt], until: int) -> None:
         w.now += timedelta(seconds=1)
         tick += 1
         _step_load(rng, ld)
-        for _ in range(rng.randrange(8, 24)):
+        for _ in range(rng.randrange(*rate)):
             request(w, e, pool)
         if tick % 15 == 0:
             w.line(
@@ -447,7 +450,66 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
     return w.written
 
 
-PROFILES = {"vllm": generate, "sglang-dense": generate_dense}
+def _v1_engine() -> Engine:
+    return Engine(
+        v1=True,
+        version="0.12.0",
+        stats_every=STATS_EVERY_S,
+        api="(APIServer pid=1) ",
+        core="(EngineCore_DP0 pid=312) ",
+    )
+
+
+def generate_requests(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """A busy V1 chat server with request logging on, the production shape before
+    vLLM turned it off by default: short chat prompts (median ~45 words) at 20-60
+    requests a second, each a `Received request ... prompt: '...'` line, an `Added
+    request` line and a uvicorn access line, a stats line every 10 s. Many short
+    lines a GiB (line numbering) and many prompts holding a loose literal (prefilter)."""
+    rng = random.Random(seed)
+    pool = _prompt_pool(rng, mu=3.8, sigma=0.8)
+    w = Writer(out, rng, datetime(2025, 6, 3, 8, 0, 0))
+    run_engine(w, _v1_engine(), pool, until=size, rate=(20, 60))
+    w.flush()
+    return w.written
+
+
+STATS_EVERY_S = 10  # vLLM's default stats interval
+STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
+
+
+def generate_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """A healthy V1 server with request logging off, as a long-running one prints:
+    its start-up lines, then one stats line every 10 s and nothing else: `size` //
+    240 of them (a stats line is ~240 bytes; `span_bytes(days)` gives the size of
+    exactly that many days: 1 day 8,640 lines, ~2 MB; 30 days 259,200, ~62 MB). The
+    per-signal-line cost over a long span: lines grow with time, not traffic."""
+    rng = random.Random(seed)
+    w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
+    e = _v1_engine()
+    startup(w, e)
+    ld = Load(running=12, kv=20.0)
+    for _ in range(size // STATS_LINE_BYTES):
+        w.now += timedelta(seconds=STATS_EVERY_S)
+        # Healthy: the load wanders well below the pool, the queue stays empty.
+        ld.running = max(1, min(60, ld.running + rng.randrange(-3, 4)))
+        ld.kv = max(2.0, min(70.0, ld.kv + rng.uniform(-2.0, 2.0)))
+        stats_line(w, e, ld, 0)
+    w.flush()
+    return w.written
+
+
+def span_bytes(days: float) -> int:
+    """The `size` for which generate_stats writes `days` days of stats lines."""
+    return int(days * 86_400 / STATS_EVERY_S) * STATS_LINE_BYTES
+
+
+PROFILES = {
+    "vllm": generate,
+    "sglang-dense": generate_dense,
+    "vllm-stats": generate_stats,
+    "vllm-requests": generate_requests,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
+                        [--spans 1,10,30] [--requests 1GiB]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -14,6 +15,14 @@ Rows:
 - `SIZE dense` (`--dense`, default 10MiB): an SGLang log with request logging off,
   where nearly every line is a signal line (bench/generate.py --profile sglang-dense).
   Bytes are not the cost there: every line is matched, parsed and kept as an event.
+- `N d stats` (`--spans`, days, default 1,10,30): a healthy V1 server with request
+  logging off, one stats line every 10 s (bench/generate.py --profile vllm-stats):
+  signal lines grow with the log's span, not its traffic.
+- `SIZE requests` (`--requests`, default 1GiB): a busy V1 chat server with request
+  logging on, short prompts in `Received request` lines, uvicorn access lines
+  (--profile vllm-requests): many short lines a GiB, many loose literal hits.
+- `rg -c` (when ripgrep is installed; `n/a` otherwise): the second reference, the
+  same alternation. It maps the file, so its peak RSS counts the file's pages.
 - `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
   logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
   cannot be cut; MB/s counts the log's bytes, decompressed).
@@ -28,7 +37,9 @@ tool to the same drift, and the best run is the least disturbed). MB/s uses 10^6
 bytes. Peak RSS is the largest single process (the child or one of its workers:
 ru_maxrss via GNU time's %M; without /usr/bin/time, wait4's figure, which also counts
 this script's own RSS at the fork, so an upper bound). "x grep" is seconds / grep's
-seconds. The scan rows also check that the candidate-line count equals grep's count.
+seconds; "CPU s" is user + system time of the command and its children (wait4),
+"x grep CPU" and "x rg CPU" its ratio to each reference's. The scan rows also check
+that the candidate-line count equals grep's count.
 """
 
 from __future__ import annotations
@@ -54,7 +65,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from generate import PROFILES, parse_size  # noqa: E402
+from generate import PROFILES, parse_size, span_bytes  # noqa: E402
 
 # Used while signatures/ holds too few literals to be representative.
 FALLBACK_LITERALS = (
@@ -155,6 +166,7 @@ def _cached(path: Path) -> Path:
 @dataclass(frozen=True, slots=True)
 class Run:
     seconds: float
+    cpu: float  # user + system seconds, children included
     rss_mib: float
     rc: int
     stdout: str
@@ -184,6 +196,7 @@ def timed(cmd: Sequence[str], env: dict[str, str] | None = None) -> Run:
         err.seek(0)
         return Run(
             seconds,
+            usage.ru_utime + usage.ru_stime,
             rss_kib / 1024,
             p.returncode,
             out.read().decode(errors="replace"),
@@ -253,6 +266,41 @@ def _scan_part(arg: tuple[str, tuple[int, int], str, list[str]]) -> tuple[int, i
     return n_cand, next_line - 1
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    label: str
+    tool: str
+    jobs: str
+    run: Run | None  # None: the tool is not installed
+    mbs: float  # NaN: start-up rows have no size
+    grep: Run | None = None
+    rg: Run | None = None
+
+    def markdown(self) -> str:
+        r = self.run
+        if r is None:
+            return f"| {self.label} | {self.tool} | - | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"
+
+        def ratio(num: float, ref: float | None) -> str:
+            return f"{num / ref:.2f}" if ref else "-"
+
+        speed = "-" if self.mbs != self.mbs else f"{self.mbs:.0f}"
+        return (
+            f"| {self.label} | {self.tool} | {self.jobs} | {r.seconds:.2f} | {r.cpu:.2f} | "
+            f"{speed} | {r.rss_mib:.0f} | {ratio(r.seconds, self.grep and self.grep.seconds)} | "
+            f"{ratio(r.cpu, self.grep and self.grep.cpu)} | "
+            f"{ratio(r.cpu, self.rg.cpu) if self.rg else 'n/a'} |"
+        )
+
+
+def _count_lines(path: Path) -> int:
+    n = 0
+    with path.open("rb") as f:
+        while chunk := f.read(16 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
 def _fmt_size(n: int) -> str:
     for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= k and n % k == 0:
@@ -273,6 +321,16 @@ def main(argv: list[str] | None = None) -> int:
         default="100MiB",
         help="sizes of the vLLM log to time gzipped (one worker: a gzip stream cannot be cut)",
     )
+    ap.add_argument(
+        "--spans",
+        default="1,10,30",
+        help="days of a stats-only healthy V1 log (one stats line every 10 s)",
+    )
+    ap.add_argument(
+        "--requests",
+        default="1GiB",
+        help="sizes of the V1 log with request logging on (short prompts, access lines)",
+    )
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", help="prefilter engines to time (default: the one auto picks)")
@@ -288,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     grep = shutil.which("grep")
+    rg = shutil.which("rg")
     literals, origin = literal_set()
     notes: list[str] = [f"literal set: {origin}"]
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -300,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engines = args.engines.split(",") if args.engines else available_engines()[:1]
 
-    rows: list[tuple[str, str, str, float, float, float, str]] = []
+    rows: list[Row] = []
     py = [sys.executable, "-m", "preemptdiag"]
     sample = REPO / "samples" / "v0_thrash_loop.log"
     startup = [
@@ -308,17 +367,26 @@ def main(argv: list[str] | None = None) -> int:
         Timed(f"analyze {sample.name}", 1, [*py, "analyze", str(sample), "--format", "json"], env),
     ]
     for c, r in zip(startup, best_interleaved(startup, max(args.repeat, 5)), strict=True):
-        rows.append(("start-up", c.tool, "1", r.seconds, float("nan"), r.rss_mib, "-"))
-    todo = [(s, "vllm") for s in args.sizes.split(",") if s]
-    todo += [(s, "sglang-dense") for s in args.dense.split(",") if s]
-    todo += [(s, "vllm-gz") for s in args.gz.split(",") if s]
-    for size_text, profile in todo:
-        size = parse_size(size_text)
+        rows.append(Row("start-up", c.tool, "1", r, float("nan")))
+    todo = [(parse_size(s), s, "vllm") for s in args.sizes.split(",") if s]
+    todo += [(parse_size(s), s, "sglang-dense") for s in args.dense.split(",") if s]
+    todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats") for d in args.spans.split(",") if d]
+    todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
+    todo += [(parse_size(s), s, "vllm-gz") for s in args.gz.split(",") if s]
+    suffix = {
+        "vllm": "",
+        "sglang-dense": " dense",
+        "vllm-gz": " .gz",
+        "vllm-stats": " stats",
+        "vllm-requests": " requests",
+    }
+    for size, size_text, profile in todo:
         path = ensure_file(args.dir, size, profile)
         gz = profile.endswith("-gz")
         # MB/s counts the log's bytes: decompressed ones for a .gz.
         real = (path.with_suffix("") if gz else path).stat().st_size
-        label = _fmt_size(size) + {"vllm": "", "sglang-dense": " dense", "vllm-gz": " .gz"}[profile]
+        name = size_text if profile == "vllm-stats" else _fmt_size(size)
+        label = name + suffix[profile]
         cmds: list[Timed] = []
         if grep and gz:
             # The yardstick for a .gz: decompress and grep in a pipe (two processes).
@@ -326,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             cmds.append(Timed("gzip -dc, grep -E -c", 1, ["sh", "-c", pipe], env))
         elif grep:
             cmds.append(Timed("grep -E -c", 1, [grep, "-E", "-c", ere(literals), str(path)], env))
+        if rg and not gz:
+            cmds.append(Timed("rg -c", 1, [rg, "-c", ere(literals), str(path)], env))
         for jobs in jobs_list[:1] if gz else jobs_list:
             analyze = [*py, "analyze", str(path), "--format", "json", "--jobs", str(jobs)]
             cmds.append(Timed("analyze", jobs, analyze, env))
@@ -346,12 +416,12 @@ def main(argv: list[str] | None = None) -> int:
                     Timed(f"scan ({engine})", jobs, scan, env, 1 if engine == "python" else 99)
                 )
         runs = best_interleaved(cmds, args.repeat)
-        grep_s: float | None = None
-        grep_count: int | None = None
-        if grep:
-            grep_s, grep_count = runs[0].seconds, int(runs[0].stdout.strip() or 0)
+        grep_run = next((r for c, r in zip(cmds, runs, strict=True) if "grep" in c.tool), None)
+        rg_run = next((r for c, r in zip(cmds, runs, strict=True) if c.tool == "rg -c"), None)
+        grep_count = int(grep_run.stdout.strip() or 0) if grep_run else None
+        if rg_run and grep_count is not None and int(rg_run.stdout.strip() or 0) != grep_count:
+            notes.append(f"MISMATCH {label} rg -c: {rg_run.stdout.strip()}, grep {grep_count}")
         for c, r in zip(cmds, runs, strict=True):
-            ratio = f"{r.seconds / grep_s:.2f}" if grep_s else "-"
             if c.tool.startswith("scan"):
                 if r.rc != 0:
                     notes.append(f"{c.tool} failed: {r.stderr.strip()[-300:]}")
@@ -369,16 +439,21 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 continue
             rows.append(
-                (label, c.tool, str(c.jobs), r.seconds, real / 1e6 / r.seconds, r.rss_mib, ratio)
+                Row(label, c.tool, str(c.jobs), r, real / 1e6 / r.seconds, grep_run, rg_run)
             )
+        lines = _count_lines(path.with_suffix("") if gz else path)
         if grep_count is not None:
-            notes.append(f"{label}: {grep_count} candidate lines of {real} bytes")
+            notes.append(f"{label}: {grep_count} candidate lines of {lines} lines, {real} bytes")
+        if rg is None and not gz:
+            rows.append(Row(label, "rg -c: n/a (ripgrep not installed)", "-", None, float("nan")))
 
-    print("| size | tool | jobs | seconds | MB/s | peak RSS MiB | x grep |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for label, tool, jobs_s, sec, mbs, rss, ratio in rows:
-        speed = "-" if mbs != mbs else f"{mbs:.0f}"  # NaN: start-up rows have no size
-        print(f"| {label} | {tool} | {jobs_s} | {sec:.2f} | {speed} | {rss:.0f} | {ratio} |")
+    print(
+        "| size | tool | jobs | seconds | CPU s | MB/s | peak RSS MiB | x grep | "
+        "x grep CPU | x rg CPU |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(row.markdown())
     print()
     for note in notes:
         print(f"- {note}")

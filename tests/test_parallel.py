@@ -3,8 +3,13 @@ byte ranges, and several files at once."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_equivalence import _bench_generator
@@ -13,7 +18,9 @@ import preemptdiag.scan.parallel as parallel
 from preemptdiag.commands.analyze import scan_sources
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.errors import DiagError
-from preemptdiag.scan.matcher import Matcher
+from preemptdiag.model.records import Hit
+from preemptdiag.scan.limits import Budget, first_over
+from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 
@@ -162,3 +169,177 @@ def test_merge_keeps_a_member_with_two_roles_one_object(logs: dict[str, Path]) -
             assert after.rollup.last is after.rollup.peak_first
             assert after.rollup.last.line == before.rollup.last.line + part.lines_read
     assert merged.hits[: len(part.hits)] == part.hits
+
+
+# --- one open per file: rotation while --jobs workers read (issue 15.3) --------------
+
+
+def _held_by_hand(hits: list[Hit]) -> int:
+    """Hits kept, counted from the hits: a rollup keeps its other member lines too."""
+    n = 0
+    for h in hits:
+        n += 1
+        if h.rollup is not None:
+            r = h.rollup
+            own = (h.line, h.sig, h.text)
+            n += len(
+                {(m.line, m.sig, m.text) for m in (r.last, r.peak_first, *r.preempting)} - {own}
+            )
+    return n
+
+
+def _rotating_run(
+    path: Path, rotate: Callable[[], None], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> list[ScanResult]:
+    """scan_sources with --jobs 2, where the workers start reading only after the parent
+    has run `rotate`: a real rotation of the file while the run reads it."""
+    go = tmp_path / "rotated"
+    real = parallel.scan_fast
+
+    def after_rotation(*args: Any, **kwargs: Any) -> ScanResult:
+        while not go.exists():  # in the worker: wait for the parent's rotation
+            time.sleep(0.01)
+        return real(*args, **kwargs)
+
+    def rotate_then_go() -> None:
+        rotate()
+        go.touch()
+
+    monkeypatch.setattr(parallel, "scan_fast", after_rotation)
+    monkeypatch.setattr(parallel, "DENSE_MIN_BYTES", 100_000)
+    src = open_source(str(path))
+    assert parallel.plan([src], 2, FINDER)  # cut into ranges for two workers
+    # Rollups off: a range boundary cuts a stream-minute in two, so hits differ there.
+    return scan_sources([src], MATCHER, 2, preload=rotate_then_go)
+
+
+def test_log_renamed_and_recreated_during_jobs_2_is_read_as_the_file_opened(
+    logs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "server.log"
+    shutil.copy(logs["dense"], path)
+    one = scan_sources([open_source(str(path))], MATCHER, 1)[0]
+
+    def logrotate_create() -> None:  # logrotate's default: rename, then a new file
+        path.rename(tmp_path / "server.log.1")
+        with path.open("wb") as f:
+            _bench_generator().generate_dense(f, 200_000, seed=7)
+
+    (two,) = _rotating_run(path, logrotate_create, monkeypatch, tmp_path)
+    # Reopening by path, the workers read the new file's bytes at the old offsets.
+    assert two.hits == one.hits
+    assert (two.lines_read, two.bytes_read, two.skipped) == (
+        one.lines_read,
+        one.bytes_read,
+        one.skipped,
+    )
+
+
+def test_log_cut_by_copytruncate_during_jobs_2_is_refused_not_read_in_part(
+    logs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "server.log"
+    shutil.copy(logs["dense"], path)
+    size = path.stat().st_size
+
+    def copytruncate() -> None:
+        shutil.copy(path, tmp_path / "server.log.1")
+        with path.open("r+b") as f:
+            f.truncate(0)
+
+    with pytest.raises(DiagError) as err:
+        _rotating_run(path, copytruncate, monkeypatch, tmp_path)
+    assert err.value.message == (
+        f"{path}: cut from {size:,} to 0 bytes while being read (log rotation by "
+        "copytruncate?); analyze the rotated copy, or rerun"
+    )
+
+
+@pytest.fixture
+def two_blocks(tmp_path: Path) -> Path:
+    """A dense log of more than one 1 MiB block: a scan reads it in two steps."""
+    path = tmp_path / "server.log"
+    with path.open("wb") as f:
+        _bench_generator().generate_dense(f, 3 << 19, seed=2)
+    return path
+
+
+def test_log_cut_by_copytruncate_during_one_process_scan_is_refused(two_blocks: Path) -> None:
+    # The file is cut after the first block is read, as logrotate would.
+    path = two_blocks
+    size = path.stat().st_size
+
+    def cut(_n: int) -> None:
+        with path.open("r+b") as f:
+            f.truncate(1000)
+
+    with pytest.raises(DiagError, match=rf"cut from {size:,} to 1,000 bytes while being read"):
+        scan_fast(open_source(str(path)), MATCHER, progress=cut)
+
+
+def test_a_growing_log_is_read_to_its_size_when_opened(two_blocks: Path) -> None:
+    # A live log grows while it is read: every reader stops where the file ended when
+    # the run opened it, so --jobs 1 and 2 read the same bytes.
+    path = two_blocks
+    size = path.stat().st_size
+
+    def grow(_n: int) -> None:
+        with path.open("ab") as f:
+            f.write(
+                b"[2025-11-02 23:00:00 TP0] KV cache pool is full. Retract requests. "
+                b"#retracted_reqs: 9, #new_token_ratio: 0.7000 -> 0.9000\n"
+            )
+
+    grown = scan_fast(open_source(str(path)), MATCHER, progress=grow)
+    assert grown.bytes_read == size
+    assert path.stat().st_size > size
+
+
+# --- one --max-events budget for all workers (issue 15.4) ----------------------------
+
+
+def test_rollup_members_count_against_the_budget(logs: dict[str, Path]) -> None:
+    res = scan_fast(open_source(str(logs["dense"])), MATCHER, rollup=True)
+    assert any(h.rollup for h in res.hits)
+    assert res.held == _held_by_hand(res.hits) > len(res.hits)
+    plain = scan_fast(open_source(str(logs["dense"])), MATCHER)
+    assert plain.held == len(plain.hits)
+
+
+def test_budget_is_global_across_workers_and_ranges(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "DENSE_MIN_BYTES", 100_000)
+    src = open_source(str(logs["dense"]))
+    # Rollups off: a range boundary cuts a rollup in two, so two jobs hold a few more.
+    held = scan_fast(src, MATCHER).held
+    tasks = parallel.plan([src], 2, FINDER)
+    assert len(tasks) == 2 * parallel.RANGES_PER_JOB
+    # Each range holds less than the limit; all of them together, more. With a budget
+    # per range this passed, and the parent unpickled every range's hits.
+    limit = held * 3 // 4
+    assert limit > held // len(tasks) * 2
+    with pytest.raises(DiagError, match=rf"dense\.log: more than {limit:,} signal events"):
+        scan_sources([src], MATCHER, 2, max_hits=limit)
+    (ok,) = scan_sources([src], MATCHER, 2, max_hits=held)
+    assert ok.held == held
+
+
+def test_budget_unit_adds_deltas_and_names_its_source() -> None:
+    counts = [0, 0]
+
+    class Shared(list[int]):
+        def get_lock(self) -> contextlib.nullcontext[None]:
+            return contextlib.nullcontext()
+
+    shared = Shared(counts)
+    a, b = Budget(shared, 0, 10, "a.log"), Budget(shared, 1, 10, "b.log")
+    a.spend(4)
+    a.spend(6)  # held is a running figure: 6 in all, not 10
+    b.spend(4)
+    assert list(shared) == [6, 4]
+    with pytest.raises(DiagError, match=r"^b\.log: more than 10 signal events"):
+        b.spend(5)
+    assert first_over([6, 5], 10) == 1
+    assert first_over([11, 0], 10) == 0
+    assert first_over([5, 5], 10) is None

@@ -115,7 +115,7 @@ def scan_sources(
         preload = None
         _check_limit(sources, done, max_hits)
     piped = any(s.path is None for s in sources)
-    kept = sum(len(r.hits) for r in done.values())
+    kept = sum(r.held for r in done.values())
     with _in_background(preload) if preload is not None and piped else nullcontext():
         for i, src in enumerate(sources):
             if i in done:
@@ -124,7 +124,7 @@ def scan_sources(
             start_fn = partial(progress, src.size) if progress and src.size else None
             progress_fn = start_fn() if start_fn else None
             done[i] = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
-            kept += len(done[i].hits)
+            kept += done[i].held
     _check_limit(sources, done, max_hits)
     return [done[i] for i in range(len(sources))]
 
@@ -137,7 +137,7 @@ def _check_limit(
         return
     kept = 0
     for i, src in enumerate(sources):
-        kept += len(done[i].hits) if i in done else 0
+        kept += done[i].held if i in done else 0
         if kept > max_hits:
             raise too_many(src.name, max_hits)
 

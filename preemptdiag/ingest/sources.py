@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from preemptdiag.ingest.compression import CODECS, DecompressedStream, archive, detect
+from preemptdiag.ingest.snapshot import PositionalReader, Snapshot, read_error
 from preemptdiag.model.errors import DiagError
 
 SNIFF_BYTES = 64 * 1024
@@ -219,15 +220,23 @@ def _layered(src: Source, raw: BinaryIO | io.RawIOBase) -> BinaryIO:
     if src.codec is not None:
         stream = DecompressedStream(CODECS[src.codec], reader)
         reader = cast(BinaryIO, io.BufferedReader(stream, buffer_size=1 << 20))
-    elif not isinstance(raw, io.FileIO):
+    elif not isinstance(raw, io.FileIO | PositionalReader):  # those take readinto whole
         reader = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, raw), buffer_size=1 << 20))
     return cast(BinaryIO, io.BufferedReader(_CRToLF(reader))) if src.cr_only else reader
 
 
 @contextmanager
-def open_binary(src: Source) -> Iterator[BinaryIO]:
+def open_binary(src: Source, snap: Snapshot | None = None) -> Iterator[BinaryIO]:
+    """The bytes of `src`, decompressed; from `snap` (snapshot.py) when given, so
+    every reader of the run reads the one file it opened, whatever rotation does."""
     if src.path is None:
         yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer))
+        return
+    if snap is not None:
+        try:
+            yield _layered(src, PositionalReader(snap))
+        except OSError as exc:
+            raise read_error(src.name, exc) from None
         return
     try:
         if src.codec is not None:
@@ -236,10 +245,5 @@ def open_binary(src: Source) -> Iterator[BinaryIO]:
         else:
             with src.path.open("rb", buffering=0) as f:
                 yield _layered(src, f)
-    except PermissionError:
-        raise DiagError(f"{src.name}: permission denied") from None
-    except FileNotFoundError:
-        # Sniffed a moment ago: rotated or deleted since (logrotate runs while we read).
-        raise DiagError(f"{src.name}: no such file (removed while being read)") from None
     except OSError as exc:
-        raise DiagError(f"{src.name}: cannot read ({exc.strerror or exc})") from None
+        raise read_error(src.name, exc) from None

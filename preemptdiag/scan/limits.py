@@ -4,14 +4,20 @@ Memory is flat in bytes read, and stats lines are merged per stream and clock mi
 (rollup.py), but every other signal line is an event of its own (its text, fields and
 stamp, and a row of the windows table: ~2.2-2.6 KB measured, bench/README.md). A log
 dense in such lines (or in stats lines without a usable stamp) could otherwise grow
-without bound. A rollup counts as one event though it holds a few lines (~9 KB with
-its window, against ~2.4 KB for a plain event); it stands for a minute of log, so a
-limit it could reach means years of one stream.
+without bound. A rollup counts as the lines it keeps (its carrier, last line, peak
+and first preempting lines: up to four hits, 5-6 KB measured, not one event's 3 KB).
+
+The limit is one budget for the run: --jobs workers add what they hold to a shared
+count after every block (`Budget`), so N workers stop where one process would, and
+the parent never receives (unpickles) more than the budget and a block per worker.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Protocol
 
 from preemptdiag.model.errors import DiagError
 
@@ -95,3 +101,42 @@ def too_many(name: str, limit: int) -> DiagError:
         f"{name}: more than {limit:,} signal events (~{size} to hold them); cut the log "
         "to the incident's time range first, or raise --max-events (0: no limit)"
     )
+
+
+class SharedCounts(Protocol):
+    """A multiprocessing.Array of int64: one slot per source, with its lock."""
+
+    def __getitem__(self, i: int, /) -> int: ...
+    def __setitem__(self, i: int, v: int, /) -> None: ...
+    def __len__(self) -> int: ...
+    def get_lock(self) -> AbstractContextManager[object]: ...
+
+
+class Budget:
+    """--max-events across forked workers: slot `index` (a source) of `counts` holds
+    what the workers scanning that source hold; past `limit` in all, the worker that
+    sees it raises (the parent names the source where input order crosses it)."""
+
+    def __init__(self, counts: SharedCounts, index: int, limit: int, name: str) -> None:
+        self.counts, self.index, self.limit, self.name = counts, index, limit, name
+        self.reported = 0
+
+    def spend(self, held: int) -> None:
+        delta, self.reported = held - self.reported, held
+        if not delta:
+            return
+        with self.counts.get_lock():
+            self.counts[self.index] += delta
+            total = sum(self.counts[i] for i in range(len(self.counts)))
+        if total > self.limit:
+            raise too_many(self.name, self.limit)
+
+
+def first_over(counts: Sequence[int], limit: int) -> int | None:
+    """The position where the running total of `counts` first passes `limit`."""
+    total = 0
+    for i, n in enumerate(counts):
+        total += n
+        if total > limit:
+            return i
+    return None

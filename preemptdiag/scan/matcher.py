@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from preemptdiag.model.records import Hit, WrapperStamp
+from preemptdiag.model.records import FieldValue, Hit, WrapperStamp
 from preemptdiag.scan.lines import (
     Line,
     engine_ts_before,
@@ -74,6 +74,14 @@ class ScanResult:
     recognised: Counter[str] = field(default_factory=Counter)
     # Set while scanning with rollups on (rollup.py); closed before the result leaves.
     sink: RollupSink | None = None
+    # Lines a closed rollup keeps besides its carrier (its last, peak, preempting
+    # lines): each costs what a hit does, so the memory guard counts them (limits.py).
+    members: int = 0
+
+    @property
+    def held(self) -> int:
+        """Hit objects this result keeps: what --max-events bounds."""
+        return len(self.hits) + self.members + (self.sink.members if self.sink else 0)
 
     def add(self, hit: Hit) -> None:
         if self.sink is None:
@@ -84,6 +92,7 @@ class ScanResult:
     def close(self) -> None:
         if self.sink is not None:
             self.sink.close()
+            self.members += self.sink.members
             self.sink = None
 
 
@@ -156,6 +165,11 @@ class Matcher:
             return [self.sigs[pos] for pos in self._lit_sigs[only]]
         return [self.sigs[pos] for pos in sorted({p for i in found for p in self._lit_sigs[i]})]
 
+    def rejoined_covers(self, source: str, lineno: int) -> bool:
+        """Whether line `lineno` is a piece of the wrapped record matched whole last."""
+        done = self._rejoined
+        return done is not None and done[0] == source and done[1] < lineno <= done[2]
+
     def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
         """True when a request marker opens the line before every literal in it.
 
@@ -186,11 +200,10 @@ class Matcher:
         """Match one candidate line; `next_raw(k)` / `prev_raw(k)` give the k-th
         physical line after / before it (None where unknown), read only when a
         hard-wrapped record must be rejoined."""
-        done = self._rejoined
-        if done is not None and done[0] == source and done[1] < lineno <= done[2]:
+        if self.rejoined_covers(source, lineno):
             return  # a piece of a wrapped record matched whole already
         if sigs is None:
-            decoy = _decoy_position(raw)
+            decoy = decoy_position(raw)
             cands = self.candidates(raw, decoy)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
@@ -289,7 +302,7 @@ class Matcher:
     ) -> bool:
         found = False
         taken: list[tuple[int, int, Signature]] = []
-        decoy_at = _decoy_position(text)
+        decoy_at = decoy_position(text)
         for sig in cands:
             for m in sig.finditer(text):
                 start, end = m.span()
@@ -314,26 +327,49 @@ class Matcher:
                     continue
                 taken.append((start, end, sig))
                 found = True
-                proc = proc_before(text, start) or sglang_rank(rank)
-                result.add(
-                    Hit(
-                        source=source,
-                        line=lineno,
-                        sig=sig.id,
-                        kind=sig.kind,
-                        fields=fields,
-                        text=_cut(record_text(text, start, end)),
-                        ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
-                        ts_engine=engine_ts_before(text, start),
-                        proc=proc,
-                        repeat=repeat_count(text) if "[repeated" in text else 1,
-                        pod=pod,
-                        uptime=uptime,
-                        engine=sig.engine,
-                    )
-                )
+                stamp = Stamps(ts_wrapper, ts_kind, rank, pod, uptime)
+                result.add(new_hit(source, lineno, sig, fields, text, start, end, stamp))
                 result.recognised[sig.family] += 1
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class Stamps:
+    """What normalise took off a line's head, as a hit keeps it."""
+
+    ts_wrapper: str | None
+    ts_kind: str | None
+    rank: str | None
+    pod: str | None
+    uptime: float | None
+
+
+def new_hit(
+    source: str,
+    lineno: int,
+    sig: Signature,
+    fields: dict[str, FieldValue],
+    text: str,
+    start: int,
+    end: int,
+    head: Stamps,
+) -> Hit:
+    """The hit of one match of `sig` at text[start:end]."""
+    return Hit(
+        source=source,
+        line=lineno,
+        sig=sig.id,
+        kind=sig.kind,
+        fields=fields,
+        text=cut(record_text(text, start, end)),
+        ts_wrapper=ts_tag(head.ts_wrapper, head.ts_kind),
+        ts_engine=engine_ts_before(text, start),
+        proc=proc_before(text, start) or sglang_rank(head.rank),
+        repeat=repeat_count(text) if "[repeated" in text else 1,
+        pod=head.pod,
+        uptime=head.uptime,
+        engine=sig.engine,
+    )
 
 
 def _count_unparsed(text: str, cands: Iterable[Signature], result: ScanResult) -> None:
@@ -344,7 +380,7 @@ def _count_unparsed(text: str, cands: Iterable[Signature], result: ScanResult) -
         result.skipped[f"{UNPARSED}{sig.id}"] += 1
 
 
-def _cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
+def cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     """Shorten evidence at a space so no token is split: a secret cut in half would
     be too short for the redactor to recognise."""
     if len(text) <= limit:
@@ -357,14 +393,14 @@ def _declared(a: Signature, b: Signature) -> bool:
     return b.id in a.overlaps or a.id in b.overlaps
 
 
-def _ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
+def ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
     """Keep the wrapper format with its text so events can parse it without guessing."""
     if ts is None:
         return None
     return WrapperStamp(kind or "", ts)
 
 
-def _decoy_position(text: str) -> int | None:
+def decoy_position(text: str) -> int | None:
     best: int | None = None
     for marker in _DECOY_MARKERS:
         i = text.find(marker)

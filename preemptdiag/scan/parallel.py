@@ -22,8 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from preemptdiag.ingest.snapshot import Snapshot, take
 from preemptdiag.ingest.sources import Source
+from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import Hit
+from preemptdiag.scan.bulk import mark_forked
+from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
 from preemptdiag.scan.prefilter import LineFinder, split_ranges
@@ -120,15 +124,18 @@ def _count_progress(n: int) -> None:
         counter.value += n
 
 
-def _scan_part(args: tuple[Source, tuple[int, int] | None]) -> ScanResult:
-    src, byte_range = args
+def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
+    i, src, byte_range = args
+    limit = _INHERITED["max_hits"]
+    budget = None if limit is None else Budget(_INHERITED["held"], i, limit, src.name)
     return scan_fast(
         src,
         _INHERITED["matcher"],
         _count_progress,
         byte_range=byte_range,
-        max_hits=_INHERITED["max_hits"],
         rollup=_INHERITED["rollup"],
+        snap=_INHERITED["snaps"][i],
+        budget=budget,
     )
 
 
@@ -147,20 +154,63 @@ def scan_parallel(
 
     Each is exactly what one scan_fast over the whole source returns: ranges start
     on line starts and are merged in file order, and a range's last line reads the
-    next range's first line when it must rejoin a hard-wrapped record. Each task
-    stops past `max_hits`; the caller checks the total.
+    next range's first line when it must rejoin a hard-wrapped record. Every file
+    is opened once, here, before the fork: the workers read the descriptor they
+    inherit (snapshot.py), so a log rotated meanwhile is still read as one file.
+    `max_hits` is one budget for all workers (limits.Budget); past it, the
+    DiagError names the source where input order crosses it.
     """
     # Imported here: only big inputs need them (~15 ms of start-up otherwise).
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
     ctx = multiprocessing.get_context("fork")
     matcher.finder()  # build the prefilter once, before the children copy it
     counter = ctx.Value("q", 0)
-    _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
+    held = ctx.Array("q", len(sources))
+    snaps: dict[int, Snapshot] = {}
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            futures = [pool.submit(_scan_part, (sources[i], rng)) for i, rng in tasks]
+        for i in sorted({i for i, _ in tasks}):
+            path = sources[i].path
+            assert path is not None  # plan never gives stdin to a worker
+            snaps[i] = take(path, sources[i].name)
+            _check_cut(snaps[i], [r for j, r in tasks if j == i and r is not None])
+        _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
+        _INHERITED.update(held=held, snaps=snaps)  # what workers hold; the files opened
+        return _run(sources, tasks, jobs, ctx, start_progress, while_waiting, held, max_hits)
+    finally:
+        _INHERITED.clear()
+        for snap in snaps.values():
+            snap.close()
+
+
+def _check_cut(snap: Snapshot, ranges: Sequence[tuple[int, int]]) -> None:
+    """The ranges were cut on the file as plan() saw it: refuse if it is not the
+    file just opened (replaced or resized in between, by rotation)."""
+    if ranges and max(end for _, end in ranges) != snap.size:
+        raise DiagError(
+            f"{snap.name}: changed size while being read (log rotation?); rerun, or "
+            "analyze the rotated copy"
+        )
+
+
+def _run(
+    sources: Sequence[Source],
+    tasks: Sequence[Task],
+    jobs: int,
+    ctx: Any,
+    start_progress: Callable[[], ProgressFn | None] | None,
+    while_waiting: Callable[[], None] | None,
+    held: SharedCounts,
+    max_hits: int | None,
+) -> dict[int, ScanResult]:
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    counter = _INHERITED["counter"]  # progress: bytes the workers scanned
+    try:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=mark_forked
+        ) as pool:
+            futures = [pool.submit(_scan_part, (i, sources[i], rng)) for i, rng in tasks]
             # Only now, with the children forked: a progress bar runs a thread.
             progress = start_progress() if start_progress is not None else None
             if while_waiting is not None:
@@ -177,8 +227,12 @@ def scan_parallel(
                         f.cancel()  # tasks not started yet; running ones finish
                     break
             done = [(i, rng, f.result()) for (i, rng), f in zip(tasks, futures, strict=True)]
-    finally:
-        _INHERITED.clear()
+    except DiagError:
+        if max_hits is not None:
+            over = first_over([held[i] for i in range(len(sources))], max_hits)
+            if over is not None:
+                raise too_many(sources[over].name, max_hits) from None
+        raise
     parts: dict[int, list[tuple[int, ScanResult]]] = {}
     for i, rng, result in done:
         parts.setdefault(i, []).append((rng[0] if rng else 0, result))
@@ -219,4 +273,5 @@ def merge(name: str, parts: list[ScanResult]) -> ScanResult:
         merged.bytes_read += part.bytes_read
         merged.skipped.update(part.skipped)
         merged.recognised.update(part.recognised)
+        merged.members += part.members
     return merged

@@ -8,8 +8,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import BinaryIO
 
+from preemptdiag.ingest.snapshot import Snapshot, check, take
 from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
-from preemptdiag.scan.limits import too_many
+from preemptdiag.scan import bulk as bulk_mod
+from preemptdiag.scan.bulk import Item, match_block
+from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise
 from preemptdiag.scan.matcher import (
     DECOY,
@@ -117,10 +120,24 @@ def scan_fast(
     first_line: int = 1,
     max_hits: int | None = None,
     rollup: bool = False,
+    snap: Snapshot | None = None,
+    budget: Budget | None = None,
 ) -> ScanResult:
-    """Scan `src` (or `byte_range` of it); more than `max_hits` hits is a DiagError,
-    raised as soon as a block crosses it (see limits.py). With `rollup`, stats lines
-    of one stream and clock minute come back merged (rollup.py)."""
+    """Scan `src` (or `byte_range` of it); more than `max_hits` events held is a
+    DiagError, raised as soon as a block crosses it (see limits.py), and so is a
+    shared `budget` (--jobs workers) running out. With `rollup`, stats lines of one
+    stream and clock minute come back merged (rollup.py).
+
+    A file is read from `snap` (one open for the run, snapshot.py), or from one taken
+    here; a file cut shorter while it is read is a DiagError."""
+    if snap is None and src.path is not None:
+        own = take(src.path, src.name)
+        try:
+            return scan_fast(
+                src, matcher, progress, byte_range, first_line, max_hits, rollup, own, budget
+            )
+        finally:
+            own.close()
     result = ScanResult(source=src.name)
     matcher.begin()
     if rollup:
@@ -135,7 +152,10 @@ def scan_fast(
     # the pieces of a wrapped record that start before a block.
     pending: list[_Pending] = []
     above: list[str] = []
-    with open_binary(src) as f:
+    # bulk.match_block: candidate lines and blocks matched so far, and the block
+    # from which like lines are tried in bulk again.
+    seen = blocks = retry_at = 0
+    with open_binary(src, snap) as f:
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
@@ -150,6 +170,7 @@ def scan_fast(
             cands = finder.candidate_lines(block, size)
             numbers, newlines = number_lines(block, cands, next_line, size)
             tail = tail_start(block, size)
+            items: list[Item] = []
             for (start, end, first), lineno in zip(cands, numbers, strict=True):
                 if matcher.decoy_only(block, start, end, first):
                     result.skipped[DECOY] += 1
@@ -160,15 +181,24 @@ def scan_fast(
                     pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
                     continue
                 following: NextLine = partial(line_at, block, end + 1, size, look)
-                matcher.match(src.name, lineno, raw, following, result, prev_raw=before)
+                items.append(Item(lineno, raw, following, before))
+            # In line order, before the tail's pending lines (matched with the next
+            # block), and while `block` still holds the lines around them.
+            bulk = seen >= bulk_mod.AFTER_LINES and blocks >= retry_at
+            if not match_block(matcher, src.name, items, result, bulk) and bulk:
+                retry_at = blocks + bulk_mod.RETRY_BLOCKS
+            seen += len(items)
+            blocks += 1
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:
                 result.skipped[NUL_BYTES] += block.count(b"\x00", 0, size)
             result.lines_read += newlines + (0 if block[size - 1] == 10 else 1)
             result.bytes_read += size
             next_line += newlines
-            if max_hits is not None and len(result.hits) > max_hits:
+            if max_hits is not None and result.held > max_hits:
                 raise too_many(src.name, max_hits)
+            if budget is not None:
+                budget.spend(result.held)
             if progress is not None:
                 if on_disk is None:
                     progress(size)
@@ -184,7 +214,11 @@ def scan_fast(
                 p.match(src.name, matcher, result, last)
         if was_truncated(f):
             result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+    if snap is not None:
+        check(snap)
     result.close()
+    if budget is not None:
+        budget.spend(result.held)
     return result
 
 

@@ -40,6 +40,8 @@ U = TypeVar("U")
 # The fields windows and compare aggregate, in Rollup.sums/counts/maxes order.
 AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
 KV, RUNNING, WAITING = 0, 1, 2
+# The fields windows read off a rollup's last line (its last values).
+LAST_FIELDS = ("waiting", "swapped")
 
 _ISO = re.compile(
     r"(?P<minute>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}):(?P<sec>\d{2}(?:[.,]\d+)?)"
@@ -222,6 +224,13 @@ class Builder:
         if n > 0 and len(self.preempting) < 2:
             self.preempting.append(hit)
 
+    def members(self) -> int:
+        """The lines build() keeps besides the carrier (one object may hold two roles)."""
+        if self.n == 1:
+            return 0
+        kept = {id(h) for h in (self.last, self.peak_first, *self.preempting)}
+        return len(kept - {id(self.carrier)})
+
     def build(self) -> Hit:
         if self.n == 1:
             return self.carrier
@@ -236,8 +245,18 @@ class Builder:
             peak_kv=self.peak_kv,
             peak_running=self.peak_running,
         )
-        rollup = Rollup(stats, self.last, self.peak_first, tuple(self.preempting))
+        rollup = Rollup(stats, self._kept_last(), self.peak_first, tuple(self.preempting))
         return replace(self.carrier, rollup=rollup)
+
+    def _kept_last(self) -> Hit:
+        """The last line as far as anything reads it: its order keys, its stamp (its
+        time) and the fields windows take last values of. Its text and other fields
+        (~0.7 KB a minute) go, unless it also plays a role evidence can pick."""
+        last = self.last
+        if last is self.peak_first or any(last is p for p in self.preempting):
+            return last
+        kept = {k: last.fields[k] for k in LAST_FIELDS if k in last.fields}
+        return replace(last, text="", fields=kept)
 
 
 @dataclass(slots=True)
@@ -249,6 +268,11 @@ class RollupSink:
     # The clock of the last stamped hit: every open rollup has it (closing below keeps
     # that true), so a hit with the same clock need not look at them.
     clock: tuple[str, str] | None = None
+    members: int = 0  # lines the closed rollups keep besides their carriers
+
+    def _close(self, b: Builder) -> None:
+        self.hits[b.slot] = b.build()
+        self.members += b.members()
 
     def add(self, hit: Hit) -> None:
         clock, minute, sec = stamp(hit)
@@ -259,8 +283,7 @@ class RollupSink:
             # (an unstamped one all of them: it is timed by the line before it, which
             # events.resolve_times then finds among the closed rollups' last lines).
             for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
-                ended = self.open.pop(k)
-                self.hits[ended.slot] = ended.build()
+                self._close(self.open.pop(k))
         self.clock = clock
         key = stream_key(hit) if minute is not None and sec is not None else None
         if key is None or minute is None or sec is None:
@@ -271,13 +294,13 @@ class RollupSink:
             b.add(hit, sec)
             return
         if b is not None:
-            self.hits[b.slot] = b.build()
+            self._close(b)
         self.open[key] = Builder(len(self.hits), hit, minute, sec, clock)
         self.hits.append(hit)
 
     def close(self) -> None:
         for b in self.open.values():
-            self.hits[b.slot] = b.build()
+            self._close(b)
         self.open.clear()
 
 

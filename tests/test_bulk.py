@@ -1,0 +1,150 @@
+"""The bulk path (scan/bulk.py: a block's like candidate lines searched as one polars
+column) gives exactly the hits, counts and skips of matching them one by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_equivalence import CORPUS_LOGS, SAMPLES, _assert_same, _bench_generator
+
+import preemptdiag.scan.bulk as bulk
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.scan.matcher import Matcher, ScanResult
+from preemptdiag.scan.passes import scan_fast, scan_reference
+from preemptdiag.scan.signatures import load
+
+MATCHER = Matcher(load())
+SIGS = {s.id: s for s in MATCHER.sigs}
+
+V1 = (
+    "(APIServer pid=1) INFO 06-03 08:{m:02d}:{s:02d} [loggers.py:236] Engine 000: Avg prompt "
+    "throughput: {p}.0 tokens/s, Avg generation throughput: 95.5 tokens/s, Running: {r} reqs, "
+    "Waiting: 0 reqs, GPU KV cache usage: 40.1%, Prefix cache hit rate: 12.0%"
+)
+
+
+def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, min_lines: int) -> ScanResult:
+    monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    return scan_fast(open_source(str(path)), MATCHER, rollup=False)
+
+
+def _assert_bulk_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    by_one = _scan(path, monkeypatch, 1 << 40)
+    together = _scan(path, monkeypatch, 1)
+    assert together.hits == by_one.hits
+    assert together.skipped == by_one.skipped
+    assert together.recognised == by_one.recognised
+    _assert_same(together, scan_reference(open_source(str(path)), MATCHER))
+
+
+def test_rust_regex_takes_most_builtin_patterns_and_refuses_look_around() -> None:
+    assert bulk.rust_ok(SIGS["vllm.v1.stats"].pattern)
+    assert bulk.rust_ok(SIGS["vllm.v0.stats"].pattern)
+    # Look-arounds: Rust's regex has none, so these stay on the `regex` path.
+    assert not bulk.rust_ok(SIGS["sglang.stats.decode"].pattern)
+    assert not bulk.rust_ok(SIGS["vllm.v1.stats_running_waiting"].pattern)
+    assert not bulk.rust_ok(r"(?:x)*")  # can match nothing: finditer counts may differ
+
+
+@pytest.mark.parametrize("path", SAMPLES + CORPUS_LOGS, ids=lambda p: p.name)
+def test_samples_and_corpus_in_bulk_match_line_by_line(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _assert_bulk_exact(path, monkeypatch)
+
+
+@pytest.mark.parametrize("profile", ["vllm", "vllm-stats", "vllm-requests", "sglang-dense"])
+def test_generated_logs_in_bulk_match_line_by_line(
+    profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / f"{profile}.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES[profile](f, 400_000, 3)
+    _assert_bulk_exact(path, monkeypatch)
+
+
+def test_odd_lines_among_like_ones_fall_back_and_count_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [V1.format(m=i // 60, s=i % 60, p=100 + i, r=i % 7) for i in range(120)]
+    odd = {
+        10: lines[10] + " " + lines[11],  # two records glued on one line: two hits
+        20: lines[20].replace("Running: 6", "Running: " + "9" * 40),  # past 64 bits
+        30: lines[30].replace("Prefix cache", "Préfix cache"),  # not ASCII
+        40: "Received request chatcmpl-1: prompt: 'why " + lines[40] + "'",  # a decoy
+        50: "\x1b[32m" + lines[50] + "\x1b[0m",  # colour codes normalise strips
+        60: "2025-06-03T08:01:00.123456789Z " + lines[60],  # a kubectl stamp
+        70: lines[70][:120],  # cut short: the literal is there, the regex fails
+        80: lines[80].replace("Avg prompt", "Avg  prompt"),
+    }
+    for k, text in odd.items():
+        lines[k] = text
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _assert_bulk_exact(path, monkeypatch)
+    emitted: list[int] = []
+    real = bulk._emit
+
+    def counting(*args: Any) -> bool:
+        made: bool = real(*args)
+        emitted.append(made)
+        return made
+
+    monkeypatch.setattr(bulk, "_emit", counting)
+    res = _scan(path, monkeypatch, 1)
+    # The plain lines (and the coloured and stamped ones) came from the columns, but
+    # the block's last lines, which wait for the next block in case they are wrapped.
+    assert sum(emitted) == 120 - 13 - 6
+    assert sum(h.line == 11 for h in res.hits) == 2
+    assert res.skipped["unreadable value: vllm.v1.stats"] == 1
+    assert res.skipped["decoy in request text"] == 1
+
+
+def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fewer candidate lines than AFTER_LINES before a block: it is matched one by one
+    # (polars' string kernels would cost more memory than they save time).
+    lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
+    calls: list[int] = []
+    real = bulk._find
+
+    def spy(matcher: Matcher, items: Any) -> Any:
+        calls.append(len(items))
+        return real(matcher, items)
+
+    monkeypatch.setattr(bulk, "_find", spy)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert calls == []
+    monkeypatch.setattr(bulk, "AFTER_LINES", 1000)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert len(calls) == 2  # the blocks after the first
+
+
+def test_lines_only_regex_matches_stop_the_bulk_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SGLang's batch lines need look-arounds: no polars, and after one block that
+    # gained nothing the next RETRY_BLOCKS blocks do not try (no work done twice).
+    path = tmp_path / "sglang.log"
+    with path.open("wb") as f:
+        _bench_generator().generate_dense(f, 5 << 19, seed=5)  # 2.5 MiB: three blocks
+    calls: list[int] = []
+    real = bulk._find
+
+    def spy(matcher: Matcher, items: Any) -> Any:
+        found = real(matcher, items)
+        calls.append(len(found))
+        return found
+
+    monkeypatch.setattr(bulk, "_find", spy)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    res = scan_fast(open_source(str(path)), MATCHER)
+    assert res.bytes_read > 2 << 20
+    assert calls == [0]
+    monkeypatch.setattr(bulk, "RETRY_BLOCKS", 2)
+    scan_fast(open_source(str(path)), MATCHER)
+    assert calls == [0, 0, 0]  # blocks 0 and 2, not 1
