@@ -562,11 +562,12 @@ def replica_line(r: ReplicaFacts) -> str:
     the levers size from (each with the line that shows it)."""
     e = r.engine
     engine = " ".join(x for x in (e.engine, e.generation, e.version) if x)
-    span = (
-        f"{r.start:%Y-%m-%d %H:%M}–{r.end:%H:%M}"
-        if r.start is not None and r.end is not None
-        else "no timestamps"
-    )
+    if r.start is None or r.end is None:
+        span = "no timestamps"
+    elif r.start.date() == r.end.date():
+        span = f"{r.start:%Y-%m-%d %H:%M}–{r.end:%H:%M}"
+    else:  # a span past midnight names both days, or "00:00–00:00" reads as one minute
+        span = f"{r.start:%Y-%m-%d %H:%M} → {r.end:%Y-%m-%d %H:%M}"
     facts = ", ".join(
         f"{f.name}={f.value} [{f.source}]" for f in r.facts if f.name in _FACT_NAMES and f.source
     )
