@@ -66,7 +66,7 @@ def healthy_why(windows: Sequence[Window], fallback: str) -> str:
     kv = [w.kv_max for w in stats if w.kv_max is not None]
     waiting = [w.waiting_max for w in stats if w.waiting_max is not None]
     n = sum(w.n_stats for w in stats)
-    parts = [f"{n} stats line(s) in {len(stats)} window(s)"]
+    parts = [f"{n:,} stats line(s) in {len(stats):,} window(s)"]
     if kv:
         parts.append(f"KV max {max(kv):.1f}%")
     parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")

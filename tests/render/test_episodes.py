@@ -311,6 +311,7 @@ def test_a_day_of_real_stats_lines_gives_a_one_page_terminal_report(
     assert main(["analyze", "--year", "2026", "--format", "json", str(log)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["windows"]) == 1440
+    assert doc["verdict"]["why"].startswith("8,640 stats line(s) in 1,440 window(s), KV max 77.7%")
     (ep,) = doc["episodes"]
     assert (ep["start"], ep["end"], ep["windows"], ep["kv_max"], ep["waiting_max"]) == (
         "2026-03-02T00:00:00+00:00",
