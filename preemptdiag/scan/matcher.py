@@ -11,7 +11,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from preemptdiag.model import request_text
 from preemptdiag.model.records import Hit, WrapperStamp
+from preemptdiag.model.request_text import Span
 from preemptdiag.scan.lines import (
     Line,
     engine_ts_before,
@@ -30,6 +32,7 @@ from preemptdiag.scan.prefilter import (
 from preemptdiag.scan.rollup import RollupSink
 from preemptdiag.scan.signatures import Signature
 from preemptdiag.scan.wrap import (
+    MAX_WRAP_LINES,
     NextLine,
     continuations,
     joined_below,
@@ -50,19 +53,6 @@ UNPARSED = "unparsed: "
 # skipped["unreadable value: <signature id>"]: matched, but a field would not convert
 # (a number past 64 bits, a word where a user signature wants a number).
 UNREADABLE = "unreadable value: "
-
-# A match that starts after one of these markers sits inside a logged request:
-# user text quoting a signal line is a decoy, never evidence.
-_DECOY_MARKERS = (
-    "Received request",
-    "prompt: ",
-    "prompt_token_ids",
-    '"prompt"',
-    '"messages"',
-    '"content"',
-)
-_DECOY_BYTES = tuple(m.encode() for m in _DECOY_MARKERS)
-
 
 @dataclass
 class ScanResult:
@@ -129,25 +119,19 @@ class Matcher:
             self._finder = LineFinder(self.literal_bytes)
         return self._finder
 
-    def candidates(self, raw: str, before: int | None = None) -> list[Signature]:
-        """Signatures with a literal in `raw` (starting before `before`, when given:
-        literals inside a logged request's text cannot start evidence)."""
+    def candidates(self, raw: str, decoys: Sequence[Span] = ()) -> list[Signature]:
+        """Signatures with a literal in `raw` outside the `decoys` (request text: a
+        literal inside a logged request's text cannot start evidence)."""
         if self._ac is None:
-            head = raw if before is None else raw[: before + self._longest]
             return [
                 s
                 for s in self.sigs
-                if any(
-                    0 <= head.find(lit) < (before if before is not None else len(raw))
-                    for lit in s.prefilter
-                )
+                if any(_outside(raw, lit, decoys) for lit in s.prefilter)
             ]
-        # Only the head of the line can hold evidence: search just that part.
-        head = raw if before is None else raw[: before + self._longest]
         found = {
             i
-            for i, start, _ in self._ac.find_matches_as_indexes(head, overlapping=True)
-            if before is None or start < before
+            for i, start, _ in self._ac.find_matches_as_indexes(raw, overlapping=True)
+            if not decoys or not request_text.inside(start, list(decoys))
         }
         if not found:
             return []
@@ -157,13 +141,14 @@ class Matcher:
         return [self.sigs[pos] for pos in sorted({p for i in found for p in self._lit_sigs[i]})]
 
     def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
-        """True when a request marker opens the line before every literal in it.
+        """True when every literal in the line sits inside request text.
 
-        Decided on the raw bytes from the prefilter's `first` (the leftmost kept
-        literal; a longer literal it stands for starts at most `longest - 1` bytes
-        earlier), so a prompt line quoting signal text is skipped without decoding
-        it. `match` would reach the same verdict on the decoded line: no literal
-        starts before the marker, so no signature runs. False means "look closer".
+        A cheap test on the raw bytes first: a request-text key must start before
+        the prefilter's `first` (the leftmost kept literal; a longer literal it
+        stands for starts at most `longest - 1` bytes earlier). Only then is the
+        line decoded and its request text found, exactly as `match` does, so a
+        prompt line quoting signal text is skipped before any regex runs. False
+        means "look closer".
         """
         if end - start > MAX_LINE_BYTES:
             return False  # cut before decoding; the slow path decides
@@ -171,7 +156,11 @@ class Matcher:
         if hi < start:
             return False
         find = block.find
-        return any(find(m, start, hi + len(m)) != -1 for m in _DECOY_BYTES)
+        if not any(find(m, start, hi + len(m)) != -1 for m in request_text.TRIGGER_BYTES):
+            return False
+        raw = bytes(block[start:end]).decode("utf-8", errors="replace")
+        decoys = request_text.spans(raw)
+        return bool(decoys) and not self.candidates(raw, decoys)
 
     def match(
         self,
@@ -189,19 +178,31 @@ class Matcher:
         done = self._rejoined
         if done is not None and done[0] == source and done[1] < lineno <= done[2]:
             return  # a piece of a wrapped record matched whole already
+        text = raw.rstrip("\r\n")
+        # A line below one whose request text was left open (a multi-line prompt):
+        # its text up to where the quote closes (all of it, for raw text) is the
+        # prompt's, not a record.
+        carried = None if starts_record(text) else _open_above(prev_raw)
+        if carried is not None:
+            close = -1 if carried == "raw" else request_text.closing_quote(text, carried)
+            if close == -1:
+                if self.candidates(text):
+                    result.skipped[DECOY] += 1
+                return
         if sigs is None:
-            decoy = _decoy_position(raw)
-            cands = self.candidates(raw, decoy)
+            decoys = request_text.spans(raw)
+            if carried is not None:
+                decoys.insert(0, Span(0, close + 1, None))
+            cands = self.candidates(raw, decoys)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
-                if decoy is not None:
+                if decoys:
                     result.skipped[DECOY] += 1
                 return
         else:
             cands = list(sigs)
         if not cands:
             return
-        text = raw.rstrip("\r\n")
         line = normalise(text)
         if self._emit_line(source, lineno, line.text, line, 0, cands, result):
             return
@@ -289,7 +290,7 @@ class Matcher:
     ) -> bool:
         found = False
         taken: list[tuple[int, int, Signature]] = []
-        decoy_at = _decoy_position(text)
+        decoys = request_text.spans(text)
         for sig in cands:
             for m in sig.finditer(text):
                 start, end = m.span()
@@ -297,7 +298,7 @@ class Matcher:
                     continue
                 if reach and end <= reach:
                     continue
-                if decoy_at is not None and start > decoy_at:
+                if decoys and request_text.inside(start, decoys):
                     result.skipped[DECOY] += 1
                     continue
                 # Two signatures on one span: the higher priority (sorted first) wins.
@@ -364,13 +365,40 @@ def _ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
     return WrapperStamp(kind or "", ts)
 
 
-def _decoy_position(text: str) -> int | None:
-    best: int | None = None
-    for marker in _DECOY_MARKERS:
-        i = text.find(marker)
-        if i != -1 and (best is None or i < best):
-            best = i
-    return best
+def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
+    """Whether `lit` occurs in `raw` somewhere outside the request-text `decoys`."""
+    i = raw.find(lit)
+    while i != -1:
+        if not request_text.inside(i, list(decoys)):
+            return True
+        i = raw.find(lit, i + 1)
+    return False
+
+
+def _open_above(prev_raw: NextLine | None) -> str | None:
+    """What request text the lines above this continuation line left open: its
+    quote, "raw" for unquoted text, None when there is none (or it closed before
+    this line). Looks up to the nearest line that opens a record."""
+    if prev_raw is None:
+        return None
+    between: list[str] = []  # continuation lines between the opener and this one
+    for k in range(MAX_WRAP_LINES):
+        above = prev_raw(k)
+        if above is None:
+            return None
+        above = above.rstrip("\r\n")
+        found = request_text.spans(above)
+        still = found[-1].open if found and found[-1].end >= len(above) else None
+        if still is not None:
+            if still != "raw" and any(
+                request_text.closing_quote(piece, still) != -1 for piece in between
+            ):
+                return None
+            return still
+        if starts_record(above):
+            return None
+        between.append(above)
+    return None
 
 
 def decode_line(raw: Buffer, result: ScanResult) -> str:

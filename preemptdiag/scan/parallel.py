@@ -120,6 +120,52 @@ def _count_progress(n: int) -> None:
         counter.value += n
 
 
+def _parent_handles_sigint() -> None:
+    # Ctrl-C reaches the whole process group: a worker would die with a traceback
+    # of its own. The parent alone answers it (_stop_now, then one line from cli).
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _wait_all(
+    futures: Sequence[Any],
+    counter: Any,
+    start_progress: Callable[[], ProgressFn | None] | None,
+    while_waiting: Callable[[], None] | None,
+) -> None:
+    """Wait for the workers, drawing progress; stop at the first failure."""
+    from concurrent.futures import FIRST_EXCEPTION, wait
+
+    # Only now, with the children forked: a progress bar runs a thread.
+    progress = start_progress() if start_progress is not None else None
+    if while_waiting is not None:
+        while_waiting()
+    reported = 0
+    pending = set(futures)
+    while pending:
+        _done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+        if progress is not None and counter.value > reported:
+            progress(counter.value - reported)
+            reported = counter.value
+        if any(f.exception() is not None for f in _done):
+            for f in pending:
+                f.cancel()  # tasks not started yet; running ones finish
+            break
+
+
+def _stop_now(pool: Any) -> None:
+    """Ctrl-C: drop the queued ranges and end the running ones now, instead of
+    waiting for every range to be scanned (leaving the `with`, or the interpreter's
+    exit, waits for all). The worker list is read first: shutdown forgets it."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+
+
 def _scan_part(args: tuple[Source, tuple[int, int] | None]) -> ScanResult:
     src, byte_range = args
     return scan_fast(
@@ -152,30 +198,22 @@ def scan_parallel(
     """
     # Imported here: only big inputs need them (~15 ms of start-up otherwise).
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork")
     matcher.finder()  # build the prefilter once, before the children copy it
     counter = ctx.Value("q", 0)
     _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            futures = [pool.submit(_scan_part, (sources[i], rng)) for i, rng in tasks]
-            # Only now, with the children forked: a progress bar runs a thread.
-            progress = start_progress() if start_progress is not None else None
-            if while_waiting is not None:
-                while_waiting()
-            reported = 0
-            pending = set(futures)
-            while pending:
-                _done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
-                if progress is not None and counter.value > reported:
-                    progress(counter.value - reported)
-                    reported = counter.value
-                if any(f.exception() is not None for f in _done):
-                    for f in pending:
-                        f.cancel()  # tasks not started yet; running ones finish
-                    break
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_parent_handles_sigint
+        ) as pool:
+            try:
+                futures = [pool.submit(_scan_part, (sources[i], rng)) for i, rng in tasks]
+                _wait_all(futures, counter, start_progress, while_waiting)
+            except KeyboardInterrupt:
+                _stop_now(pool)
+                raise
             done = [(i, rng, f.result()) for (i, rng), f in zip(tasks, futures, strict=True)]
     finally:
         _INHERITED.clear()
