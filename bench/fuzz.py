@@ -97,8 +97,9 @@ def _request_lines(rng: random.Random) -> list[str]:
         f"{stamp}openai.BadRequestError: Error code: 400 - message={_q(p, q)}",
         f"Prompt after formatting:\n{p}",
         f"{stamp}Request(prompt_text={_q(p, q)}, request_id='r1')",
-        f"{stamp}Received request cmpl-2: prompt: '{PROMPT_CANARY} first line\\n'\n"
-        f"{rng.choice(SIGNAL_TEXT)} {PROMPT_CANARY}",
+        # a prompt printed raw across lines: the quote closes on the second one
+        f"{stamp}Received request cmpl-2: prompt: {q}{PROMPT_CANARY} first line\n"
+        f"{rng.choice(SIGNAL_TEXT)} {PROMPT_CANARY}{q}, params: SamplingParams(n=1)",
     ]
     return rng.choice(shapes).split("\n")
 
@@ -335,13 +336,15 @@ _LATE = ("encodings", "line_ends", "hard_wrap", "glue_lines")
 
 def plant(data: bytes, rng: random.Random) -> bytes:
     ls = _lines(data)
-    for _ in range(rng.randrange(1, 4)):
-        i = rng.randrange(len(ls) + 1)
-        ls[i:i] = [ln.encode() for ln in _request_lines(rng)]
-    for _ in range(rng.randrange(0, 3)):
+    # Secrets first, then the request lines, each group inserted whole between the
+    # original lines (one group must not split another's multi-line prompt).
+    groups = [[ln.encode() for ln in _request_lines(rng)] for _ in range(rng.randrange(1, 4))]
+    tails = [_secret_tail(rng).encode() for _ in range(rng.randrange(0, 3))]
+    for tail in tails:
         if ls:
-            i = rng.randrange(len(ls))
-            ls[i] += _secret_tail(rng).encode()
+            ls[rng.randrange(len(ls))] += tail
+    for i, group in sorted(((rng.randrange(len(ls) + 1), g) for g in groups), reverse=True):
+        ls[i:i] = group
     return b"\n".join(ls)
 
 

@@ -11,8 +11,10 @@ knows can never count as evidence, and the other way round.
 
 A span runs from the key to where the quoted text ends: a real warning glued after
 the closing quote is evidence again. A quote left open at the end of the line (a
-truncated repr, a multi-line prompt) and the unquoted shapes (`Prompt: …`) run to
-the end of the line and on to the lines below that open no record of their own.
+truncated repr, a multi-line prompt) runs to the end of the line and on to the lines
+below that open no record of their own, up to the closing quote; so does the text
+below a key that ends its line (`Prompt after formatting:`). Unquoted text after a
+key (`Prompt: …`) ends with its line.
 """
 
 from __future__ import annotations
@@ -140,7 +142,9 @@ def spans(text: str) -> list[Span]:
         name = next(n for n in names if m.group(n) is not None)
         value = m[f"{name}_v"]
         if name == "rawprompt":
-            still: str | None = "raw"
+            # Text on the key's line ends with it; a key alone (LangChain's
+            # `Prompt after formatting:`) has its text on the lines below.
+            still: str | None = None if value else "raw"
         elif value[:1] in "\"'" and not is_closed(value):
             still = value[0]
         elif value[:1] == "[" and not value.endswith("]"):

@@ -300,6 +300,9 @@ class Matcher:
                     continue
                 if decoys and request_text.inside(start, decoys):
                     result.skipped[DECOY] += 1
+                    # Judged with the record's request text in view: a narrower
+                    # rejoin (this line and below only) must not judge it again.
+                    found = True
                     continue
                 # Two signatures on one span: the higher priority (sorted first) wins.
                 if any(

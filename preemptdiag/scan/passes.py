@@ -23,6 +23,7 @@ from preemptdiag.scan.prefilter import Buffer, iter_blocks, number_lines
 from preemptdiag.scan.rollup import RollupSink
 from preemptdiag.scan.wrap import (
     MAX_WRAP_LINES,
+    Decode,
     LinesAfter,
     NextLine,
     last_lines,
@@ -34,6 +35,12 @@ from preemptdiag.scan.wrap import (
 ProgressFn = Callable[[int], None]
 # skipped[NUL_BYTES]: NUL bytes (a crashed writer's padding), counted, never matched.
 NUL_BYTES = "NUL bytes (a crash's padding)"
+# How far above a --jobs range its lines above are looked for (MAX_WRAP_LINES of them).
+_LOOK_BACK_BYTES = 256 << 10
+# Lines above a --jobs range scanned to set the matcher's state at the cut (_prime):
+# a rejoined record reaches MAX_WRAP_LINES up and down, and one such record can
+# decide whether the next is rejoined.
+_PRIME_LINES = 3 * MAX_WRAP_LINES
 
 
 def _no_line(k: int) -> None:
@@ -64,6 +71,10 @@ def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
         if i != -1:
             pieces.append(chunk[:i])
             size += i
+            # Back to just after the newline: the next call reads the next line
+            # (it read from 64 KiB on, so a record wrapped past a range end was
+            # rejoined from its first piece below the cut only).
+            f.seek(i + 1 - len(chunk), 1)
             break
         pieces.append(chunk)
         size += len(chunk)
@@ -123,6 +134,8 @@ def scan_fast(
     of one stream and clock minute come back merged (rollup.py)."""
     result = ScanResult(source=src.name)
     matcher.begin()
+    if byte_range is not None and byte_range[0] > 0 and first_line == 1:
+        _prime(src, matcher, byte_range[0])
     if rollup:
         result.sink = RollupSink(result.hits)
     finder = matcher.finder()
@@ -136,6 +149,8 @@ def scan_fast(
     pending: list[_Pending] = []
     above: list[str] = []
     with open_binary(src) as f:
+        if byte_range is not None and byte_range[0] > 0:
+            above = _lines_before(f, byte_range[0], look)
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
@@ -186,6 +201,42 @@ def scan_fast(
             result.skipped[TRUNCATED.format(codec=src.codec)] += 1
     result.close()
     return result
+
+
+def _prime(src: Source, matcher: Matcher, start: int) -> None:
+    """Leave `matcher` as a single pass leaves it at `start`: a wrapped record that a
+    line above the cut rejoined may cover the range's first lines, whose pieces must
+    then not match again. The few lines above are scanned for that state alone
+    (their hits belong to the range before), numbered so the range's lines are 1, ..."""
+    with open_binary(src) as f:
+        lo = max(0, start - _LOOK_BACK_BYTES)
+        f.seek(lo)
+        block = f.read(start - lo)
+    cut = len(block)
+    for _ in range(_PRIME_LINES + 1):
+        cut = block.rfind(b"\n", 0, cut)
+        if cut == -1:
+            break
+    if cut == -1 and lo > 0:
+        return  # no whole line in reach: lines of a megabyte join nothing anyway
+    begin = lo + cut + 1
+    if begin >= start:
+        return
+    lines = block[cut + 1 :].count(b"\n")
+    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - lines)
+
+
+def _lines_before(f: BinaryIO, start: int, decode: Decode) -> list[str]:
+    """The lines just above a --jobs range, nearest first, as a single pass has them
+    in `above` there: a line of the range that continues a record or a prompt
+    opened above the cut is read as a single pass reads it."""
+    lo = max(0, start - _LOOK_BACK_BYTES)
+    f.seek(lo)
+    block = f.read(start - lo)
+    lines = block.split(b"\n")[:-1]  # the range starts just after a newline
+    if lo > 0 and lines:
+        lines = lines[1:]  # cut in the middle: not a whole line
+    return [decode(b) for b in reversed(lines[-MAX_WRAP_LINES:])]
 
 
 def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
