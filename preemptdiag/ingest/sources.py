@@ -187,6 +187,11 @@ def was_truncated(f: object) -> bool:
     return any(getattr(layer, "truncated", False) for layer in _layers(f))
 
 
+def was_damaged(f: object) -> bool:
+    """True when that stream met damage (a bad block, a CRC mismatch), not an end."""
+    return any(getattr(layer, "damaged", False) for layer in _layers(f))
+
+
 def compressed_bytes(f: object) -> Callable[[], int] | None:
     """For a compressed input, how many of its on-disk bytes were read so far (what
     a progress bar over the file's size must count); None for plain input."""

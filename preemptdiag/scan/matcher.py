@@ -47,6 +47,7 @@ MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
 # {codec}: gzip, bzip2, xz or zstd (compression.py).
 TRUNCATED = "truncated {codec}: input ended early"
+DAMAGED = "damaged {codec} data: read up to the damage"
 DECOY = "decoy in request text"
 # skipped["unparsed: <signature id>"]: the signature's literal was there, its regex failed.
 UNPARSED = "unparsed: "

@@ -8,12 +8,19 @@ from collections.abc import Callable
 from functools import partial
 from typing import BinaryIO
 
-from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.ingest.sources import (
+    Source,
+    compressed_bytes,
+    open_binary,
+    was_damaged,
+    was_truncated,
+)
 from preemptdiag.scan.limits import too_many
 from preemptdiag.scan.lines import normalise
 from preemptdiag.scan.matcher import (
     DECOY,
     MAX_LINE_BYTES,
+    DAMAGED,
     TRUNCATED,
     Matcher,
     ScanResult,
@@ -197,10 +204,17 @@ def scan_fast(
             last: NextLine = _FileLines(f, scratch) if byte_range else _no_line
             for p in pending:
                 p.match(src.name, matcher, result, last)
-        if was_truncated(f):
-            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+        _note_early_end(f, src, result)
     result.close()
     return result
+
+
+def _note_early_end(f: BinaryIO, src: Source, result: ScanResult) -> None:
+    """Count a compressed input that ended early, or met damage (everything before
+    the damage was read)."""
+    if was_truncated(f):
+        note = DAMAGED if was_damaged(f) else TRUNCATED
+        result.skipped[note.format(codec=src.codec)] += 1
 
 
 def _prime(src: Source, matcher: Matcher, start: int) -> None:
@@ -249,8 +263,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     matcher.begin()
     with open_binary(src) as f:
         data = f.read()
-        if was_truncated(f):
-            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+        _note_early_end(f, src, result)
     if not data:
         return result
     if b"\x00" in data:
