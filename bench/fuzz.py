@@ -53,6 +53,7 @@ SEED_SUFFIXES = (".log", ".txt", ".prom", ".gz", ".1", ".2")
 FORMATS = (("terminal", "report.txt"), ("markdown", "report.md"), ("json", "report.json"),
            ("sarif", "report.sarif"))  # fmt: skip
 PER_INPUT_TIMEOUT_S = 120
+_SLICE = 64_000  # bytes of a seed file one input starts from, at most
 
 # Canaries: words planted in request text and secrets. Any of them in any output is
 # a leak. They hold no signature literal, so they cannot become evidence on merit.
@@ -405,9 +406,9 @@ def make_case(seed: int, index: int, seeds: Sequence[Path]) -> Case:
     rng = random.Random(f"{seed}:{index}")
     src = rng.choice(seeds)
     data = _read_seed(src)
-    if len(data) > 200_000:  # a slice of a big one: fuzzing time goes to variety
-        i = rng.randrange(len(data) - 200_000)
-        data = data[i : i + 200_000]
+    if len(data) > _SLICE:  # a slice of a big one: fuzzing time goes to variety
+        i = rng.randrange(len(data) - _SLICE)
+        data = data[i : i + _SLICE]
     names = rng.sample(sorted(MUTATIONS), rng.randrange(0, 4))
     if rng.random() < 0.2:
         names.append("splice")

@@ -317,3 +317,22 @@ def test_a_reversed_log_counts_preemptions_once(
     r = report(capsys, str(rev), "--year", "2025")
     assert r["verdict"]["class"] == "thrash_loop"  # type: ignore[index]
     assert round(sum(w["preemptions"] for w in r["windows"])) == 251  # type: ignore[index, union-attr]
+
+
+@pytest.mark.parametrize(
+    "value", ["99999999999999999999999999999999999999999", "1" + "0" * 400, "1500000000000000000.5"]
+)
+def test_throughputs_and_shares_past_any_engine_are_counted_skips(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str
+) -> None:
+    # Found by bench/fuzz.py: a 40-digit throughput was summed into the window mean,
+    # whose last digits then depended on the order of the sum (rollups on or off).
+    num = value
+    lines = [V1_STATS.format(s=f"{s:02d}") for s in range(0, 60, 10)]
+    lines[2] = lines[2].replace("2.0 tokens/s", f"{num} tokens/s")
+    lines[3] = lines[3].replace("usage: 1.0%", f"usage: {num}%")
+    log = tmp_path / "huge.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = report(capsys, str(log), "--year", "2025")
+    assert r["scan"]["skipped"] == {"unreadable value: vllm.v1.stats": 2}  # type: ignore[index]
+    assert r["scan"]["recognised"] == {"stats": 4}  # type: ignore[index]

@@ -177,3 +177,49 @@ def test_a_warning_glued_after_a_prompt_still_open_is_a_decoy(
     assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
     assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
     assert CANARY not in text
+
+
+# --- found by bench/fuzz.py -------------------------------------------------------------
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    return [line[i : i + width] for i in range(0, len(line), width)]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # glued to the line before it (no newline): LangChain's key after a word
+        ['INFO:     10.0.5.19:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+         f"Prompt after formatting:{CANARY} {RETRACT}"],
+        # a `Prompt:` line a narrow terminal wrapped: the signal text is on a piece
+        _wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 80),
+        # ...with the key itself cut in two by the wrap
+        _wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 49),
+        # a quoted prompt wrapped
+        _wrap(SG.format(s=3) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}')", 60),
+    ],
+    ids=["glued_langchain", "wrapped_prompt", "key_cut_by_wrap", "wrapped_quoted"],
+)  # fmt: skip
+def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]
+) -> None:
+    log = _queueing_log()
+    for _ in range(5):
+        log[12:12] = lines
+    code, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] >= 5  # type: ignore[index]
+    assert CANARY not in text
+
+
+def test_lines_below_unquoted_prompt_text_are_records_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # `Prompt: …` text ends with its line; the retractions below it, on lines that do
+    # not look wrapped (longer than it), are the engine's own.
+    log = _queueing_log()
+    log[12:12] = [VL.format(s=3) + "Prompt: hi", "x" * 40 + " " + RETRACT] * 3
+    code, report, _ = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 3  # type: ignore[index]
+    assert DECOY not in report["scan"]["skipped"]  # type: ignore[index]

@@ -14,7 +14,7 @@ the closing quote is evidence again. A quote left open at the end of the line (a
 truncated repr, a multi-line prompt) runs to the end of the line and on to the lines
 below that open no record of their own, up to the closing quote; so does the text
 below a key that ends its line (`Prompt after formatting:`). Unquoted text after a
-key (`Prompt: …`) ends with its line.
+key (`Prompt: …`) ends with its line, unless a narrow terminal wrapped that line.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ SHAPES: tuple[Shape, ...] = (
     # raw, to the end of the line and on below.
     Shape(
         "rawprompt",
-        r"(?P<rawprompt_k>(?<![A-Za-z0-9_])(?:[Pp]rompt|PROMPT)(?: after formatting)?:[ ]*+)"
+        # (LangChain's phrase is distinctive enough to be found glued to a word)
+        r"(?P<rawprompt_k>(?:(?<![A-Za-z0-9_])(?:[Pp]rompt|PROMPT)|Prompt after formatting):[ ]*+)"
         r"(?P<rawprompt_v>(?![\"'\[ ])(?!\[REDACTED:)[^\r\n]*+|(?=[\r\n]|\Z))",
         ("prompt:", "Prompt:", "PROMPT:", "after formatting:"),
     ),
@@ -106,6 +107,7 @@ class Span:
     start: int
     end: int
     open: str | None
+    shape: str = ""
 
 
 @cache
@@ -151,7 +153,7 @@ def spans(text: str) -> list[Span]:
             still = "raw"  # a body cut mid-array: its end is not on this line
         else:
             still = None
-        out.append(Span(m.start(), m.end(), still))
+        out.append(Span(m.start(), m.end(), still, name))
     return out
 
 

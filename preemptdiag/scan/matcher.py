@@ -183,7 +183,7 @@ class Matcher:
         # A line below one whose request text was left open (a multi-line prompt):
         # its text up to where the quote closes (all of it, for raw text) is the
         # prompt's, not a record.
-        carried = None if starts_record(text) else _open_above(prev_raw)
+        carried = None if starts_record(text) else _open_above(prev_raw, text)
         if carried is not None:
             close = -1 if carried == "raw" else request_text.closing_quote(text, carried)
             if close == -1:
@@ -379,9 +379,9 @@ def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
     return False
 
 
-def _open_above(prev_raw: NextLine | None) -> str | None:
-    """What request text the lines above this continuation line left open: its
-    quote, "raw" for unquoted text, None when there is none (or it closed before
+def _open_above(prev_raw: NextLine | None, text: str) -> str | None:
+    """What request text the lines above this continuation line `text` left open:
+    its quote, "raw" for unquoted text, None when there is none (or it closed before
     this line). Looks up to the nearest line that opens a record."""
     if prev_raw is None:
         return None
@@ -392,17 +392,25 @@ def _open_above(prev_raw: NextLine | None) -> str | None:
             return None
         above = above.rstrip("\r\n")
         found = request_text.spans(above)
-        still = found[-1].open if found and found[-1].end >= len(above) else None
-        if still is not None:
-            if still != "raw" and any(
-                request_text.closing_quote(piece, still) != -1 for piece in between
-            ):
-                return None
-            return still
+        last = found[-1] if found and found[-1].end >= len(above) else None
+        if last is not None and last.open not in (None, "raw"):
+            # a quote left open: closed on a line between, or still open here
+            closed = any(request_text.closing_quote(p, last.open) != -1 for p in between)
+            return None if closed else last.open
+        if last is not None and (last.open == "raw" or _wrapped(above, between, text)):
+            # text below its key, or unquoted text a terminal wrapped onto this line
+            return "raw"
         if starts_record(above):
             return None
         between.append(above)
     return None
+
+
+def _wrapped(first: str, between: Sequence[str], text: str) -> bool:
+    """Whether `first`, the lines `between` and `text` are pieces of one line a
+    terminal wrapped: every piece but the last as wide as the first."""
+    width = len(first)
+    return all(len(p) == width for p in between) and 0 < len(text) <= width
 
 
 def decode_line(raw: Buffer, result: ScanResult) -> str:

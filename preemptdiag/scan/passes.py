@@ -16,7 +16,7 @@ from preemptdiag.ingest.sources import (
     was_truncated,
 )
 from preemptdiag.scan.limits import too_many
-from preemptdiag.scan.lines import normalise
+from preemptdiag.scan.lines import normalise, starts_record
 from preemptdiag.scan.matcher import (
     DECOY,
     MAX_LINE_BYTES,
@@ -44,10 +44,10 @@ ProgressFn = Callable[[int], None]
 NUL_BYTES = "NUL bytes (a crash's padding)"
 # How far above a --jobs range its lines above are looked for (MAX_WRAP_LINES of them).
 _LOOK_BACK_BYTES = 256 << 10
-# Lines above a --jobs range scanned to set the matcher's state at the cut (_prime):
-# a rejoined record reaches MAX_WRAP_LINES up and down, and one such record can
-# decide whether the next is rejoined.
-_PRIME_LINES = 3 * MAX_WRAP_LINES
+# How far above a --jobs range _prime looks for a line no wrapped record continues
+# into (on a run of glued, wrapped records with none, it starts there anyway).
+_PRIME_MAX_BYTES = 4 << 20
+_PROBE_BYTES = 64 << 10
 
 
 def _no_line(k: int) -> None:
@@ -220,24 +220,31 @@ def _note_early_end(f: BinaryIO, src: Source, result: ScanResult) -> None:
 def _prime(src: Source, matcher: Matcher, start: int) -> None:
     """Leave `matcher` as a single pass leaves it at `start`: a wrapped record that a
     line above the cut rejoined may cover the range's first lines, whose pieces must
-    then not match again. The few lines above are scanned for that state alone
-    (their hits belong to the range before), numbered so the range's lines are 1, ..."""
+    then not match again. No rejoin crosses into a line that opens a record or is
+    empty, so the lines from the nearest such line above are scanned for that state
+    alone (their hits belong to the range before), numbered so the range's own
+    lines are 1, 2, ... A cut at such a line needs nothing."""
     with open_binary(src) as f:
-        lo = max(0, start - _LOOK_BACK_BYTES)
+        lo = max(0, start - _PRIME_MAX_BYTES)
         f.seek(lo)
         block = f.read(start - lo)
-    cut = len(block)
-    for _ in range(_PRIME_LINES + 1):
-        cut = block.rfind(b"\n", 0, cut)
-        if cut == -1:
-            break
-    if cut == -1 and lo > 0:
-        return  # no whole line in reach: lines of a megabyte join nothing anyway
-    begin = lo + cut + 1
-    if begin >= start:
+        f.seek(start)
+        first = f.readline(_PROBE_BYTES).rstrip(b"\r\n")
+    if _resets(first):
         return
-    lines = block[cut + 1 :].count(b"\n")
-    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - lines)
+    lines = block.split(b"\n")[:-1]  # the range starts just after a newline
+    at = len(lines)
+    while at > (1 if lo > 0 else 0):  # a cut first line is not a whole line
+        at -= 1
+        if _resets(lines[at].rstrip(b"\r")):
+            break
+    begin = start - sum(len(ln) + 1 for ln in lines[at:])
+    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - (len(lines) - at))
+
+
+def _resets(line: bytes) -> bool:
+    """Whether no wrapped record continues into this line: it is empty or opens one."""
+    return not line or starts_record(line[:_PROBE_BYTES].decode("utf-8", errors="replace"))
 
 
 def _lines_before(f: BinaryIO, start: int, decode: Decode) -> list[str]:

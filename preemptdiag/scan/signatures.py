@@ -60,13 +60,39 @@ def _to_size(s: str) -> int:
     return v
 
 
+# Throughputs, GiB and ratios past this (or not finite: a 400-digit number reads as
+# inf) are damage too; so is a share past ten times the whole (KV usage, pressure).
+# Sums of such values lose their low digits, so windows would depend on the order
+# lines are added in (rollups, --jobs).
+_FLOAT_LIMIT = 1e15
+_PERCENT_LIMIT = 1000.0
+
+
+def _to_float(s: str) -> float:
+    v = float(s.replace(",", ""))
+    if not abs(v) < _FLOAT_LIMIT:  # also NaN
+        raise ValueError(f"number out of range: {s[:40]!r}")
+    return v
+
+
+def _to_percent(s: str) -> float:
+    v = float(s.rstrip("%"))
+    if not abs(v) <= _PERCENT_LIMIT:
+        raise ValueError(f"percentage out of range: {s[:40]!r}")
+    return v
+
+
+def _to_fraction_percent(s: str) -> float:
+    return round(_to_percent(str(float(s) * 100.0)), 4)
+
+
 CONVERTERS: dict[str, Callable[[str], FieldValue]] = {
     "str": str,
     "int": _to_int,
     "int_commas": _to_int,
-    "float": lambda s: float(s.replace(",", "")),
-    "percent": lambda s: float(s.rstrip("%")),
-    "fraction_percent": lambda s: round(float(s) * 100.0, 4),
+    "float": _to_float,
+    "percent": _to_percent,
+    "fraction_percent": _to_fraction_percent,
     "size": _to_size,
 }
 
