@@ -92,7 +92,7 @@ def _request_lines(rng: random.Random) -> list[str]:
         f"{stamp}request prompt={_q(p, q)} max_tokens=16",
         f"{stamp}request prompt:{_q(p, q)} max_tokens=16",
         f"{stamp}Prompt: {p}",
-        f'{stamp}llm.generate(prompt={_q(p, chr(34))}, sampling_params=sp)',
+        f"{stamp}llm.generate(prompt={_q(p, chr(34))}, sampling_params=sp)",
         '{"inputs": ' + _q(p, '"') + ', "parameters": {"max_new_tokens": 16}}',
         '{"text": ' + _q(p, '"') + "}",
         f"{stamp}openai.BadRequestError: Error code: 400 - message={_q(p, q)}",
@@ -298,9 +298,17 @@ def wrappers(data: bytes, rng: random.Random) -> bytes:
 
         return b"\n".join(
             json.dumps(
-                {"log": ln.decode("utf-8", "replace") + "\n", "stream": "stdout",
-                 "time": rng.choice(["2025-06-03T08:00:00Z", "2025-01-01T00:00:00+ab:cd",
-                                     "0001-01-01T00:00:00Z"])}  # fmt: skip
+                {
+                    "log": ln.decode("utf-8", "replace") + "\n",
+                    "stream": "stdout",
+                    "time": rng.choice(
+                        [
+                            "2025-06-03T08:00:00Z",
+                            "2025-01-01T00:00:00+ab:cd",
+                            "0001-01-01T00:00:00Z",
+                        ]
+                    ),
+                }
             ).encode()
             for ln in _lines(data)
         )
@@ -415,8 +423,10 @@ def make_case(seed: int, index: int, seeds: Sequence[Path]) -> Case:
     early = [n for n in names if n not in _LATE]
     late = [n for n in names if n in _LATE]
     for n in early:
-        data = splice(data, rng, _read_seed(rng.choice(seeds))) if n == "splice" else (
-            MUTATIONS[n](data, rng)
+        data = (
+            splice(data, rng, _read_seed(rng.choice(seeds)))
+            if n == "splice"
+            else (MUTATIONS[n](data, rng))
         )
     data = plant(data, rng)
     for n in late:
@@ -545,7 +555,9 @@ def run_case(case: Case, workdir: Path, diff: bool, tally: Tally) -> None:
         for c in _leaks(texts):
             where = next(t for t in texts if c in t)
             i = where.index(c)
-            finding(f"leak of {'prompt' if c == PROMPT_CANARY else 'secret'}", where[i - 300 : i + 100])
+            finding(
+                f"leak of {'prompt' if c == PROMPT_CANARY else 'secret'}", where[i - 300 : i + 100]
+            )
         if not diff or code == 2:
             return
         tally.diffed += 1
@@ -626,8 +638,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.workers == 1:
         total = _worker(chunks[0])
     else:
-        with multiprocessing.get_context("fork").Pool(a.workers) as pool:
-            for t in pool.imap_unordered(_worker, chunks):
+        # Not multiprocessing.Pool: its workers are daemons, and a daemon may not
+        # start the --jobs 2 workers the differential runs need.
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(a.workers, mp_context=ctx) as pool:
+            for t in pool.map(_worker, chunks):
                 total.merge(t)
     causes = Counter(f.cause for f in total.findings)
     print(

@@ -434,14 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         where = exc.ctx.command_path if exc.ctx else "preemptdiag"
         msg = _said(exc.format_message())
         sys.stderr.write(f"preemptdiag: error: {msg} (see {where} --help)\n")
-        return exc.exit_code
+        return int(exc.exit_code)
     except click.ClickException as exc:
         sys.stderr.write(f"preemptdiag: error: {_said(exc.format_message())}\n")
-        return exc.exit_code
+        return int(exc.exit_code)
     except DiagError as exc:
         sys.stderr.write(f"preemptdiag: error: {_said(exc.message)}\n")
         return exc.exit_code
-    except (KeyboardInterrupt, click.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write(INTERRUPTED)
         return 130
     except BrokenPipeError:

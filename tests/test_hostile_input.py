@@ -336,3 +336,76 @@ def test_throughputs_and_shares_past_any_engine_are_counted_skips(
     r = report(capsys, str(log), "--year", "2025")
     assert r["scan"]["skipped"] == {"unreadable value: vllm.v1.stats": 2}  # type: ignore[index]
     assert r["scan"]["recognised"] == {"stats": 4}  # type: ignore[index]
+
+
+def _user_sig(tmp_path: Path, pattern: str, example: str = "abc") -> Path:
+    d = tmp_path / "sigs"
+    d.mkdir(exist_ok=True)
+    (d / "a.toml").write_text(
+        '[[signature]]\nid = "slow"\nfamily = "f"\nengine = "v"\nkind = "context"\n'
+        f"prefilter = [\"abc\"]\npattern = '''{pattern}'''\n"
+        f'[[signature.match]]\nline = "{example}"\n'
+    )
+    return d
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"abc(?:a|aa)+$", r"abc((a+))+b", r"abc(\w+\s?)+$", r"abc(?:a{1,30}){1,30}b"]
+)
+def test_patterns_that_can_backtrack_without_end_are_refused_at_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, pattern: str
+) -> None:
+    d = _user_sig(tmp_path, pattern, "abcaab")
+    (tmp_path / "a.log").write_text("abc\n")
+    code, _, err = run(capsys, "analyze", str(tmp_path / "a.log"), "--signatures", str(d))
+    assert code == 2
+    assert err.strip() == (
+        f"preemptdiag: error: invalid signature file {d / 'a.toml'}: signature 'slow': "
+        "pattern has a nested unbounded quantifier (catastrophic backtracking)"
+    )
+
+
+def test_a_slow_user_pattern_is_bounded_per_line_and_per_run_and_counted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polynomial, not exponential (no repeated group): past the static check, but
+    # a 3,000-character line of a's takes it minutes. Each line gets its slice of
+    # time, the run a budget; every line it could not judge is counted.
+    import time
+
+    import preemptdiag.scan.signatures as sigmod
+
+    monkeypatch.setattr(sigmod, "USER_REGEX_TIMEOUT_S", 0.02)
+    monkeypatch.setattr(sigmod, "USER_REGEX_BUDGET_S", 0.2)
+    d = _user_sig(tmp_path, "abc" + "a*" * 8 + "b")
+    (tmp_path / "a.log").write_text(("abc" + "a" * 3000 + "\n") * 40 + V1_STATS.format(s="00"))
+    t0 = time.monotonic()
+    r = report(capsys, str(tmp_path / "a.log"), "--signatures", str(d), "--year", "2025")
+    assert time.monotonic() - t0 < 10
+    assert r["scan"]["skipped"] == {"regex timed out: slow": 40}  # type: ignore[index]
+    assert r["scan"]["recognised"] == {"stats": 1}  # type: ignore[index]
+
+
+def test_thousands_of_records_glued_on_one_line_take_linear_time(tmp_path: Path) -> None:
+    # Each match once searched the line from its start (its record, stamp and
+    # process tag) and tested the whole line for "[repeated": quadratic, 46 s for
+    # 1,000 records. Each match still gets its own record's stamp.
+    import time
+
+    from preemptdiag.ingest.sources import open_source
+    from preemptdiag.scan.matcher import Matcher
+    from preemptdiag.scan.passes import scan_fast
+    from preemptdiag.scan.signatures import load
+
+    log = tmp_path / "glued.log"
+    log.write_text("".join(V1_STATS.format(s=f"{s % 60:02d}") for s in range(4000)) + "\n")
+    t0 = time.monotonic()
+    result = scan_fast(open_source(str(log)), Matcher(load()))
+    assert time.monotonic() - t0 < 8  # ~0.2 s; the quadratic scan took over 30 s
+    assert len(result.hits) == 4000
+    assert [h.ts_engine for h in result.hits[:3]] == [
+        "06-16 17:21:00",
+        "06-16 17:21:01",
+        "06-16 17:21:02",
+    ]
+    assert {h.proc for h in result.hits} == {"APIServer"}

@@ -159,7 +159,7 @@ def test_a_real_warning_glued_after_a_request_record_counts(
         + RETRACT
     )
     lines[12:12] = [glued] * 3
-    code, report, text = _run_all_formats(capsys, tmp_path, lines)
+    _, report, text = _run_all_formats(capsys, tmp_path, lines)
     scan = report["scan"]
     assert scan["recognised"]["preemption"] == 3  # type: ignore[index]
     assert DECOY not in scan["skipped"]  # type: ignore[index]
@@ -173,7 +173,7 @@ def test_a_warning_glued_after_a_prompt_still_open_is_a_decoy(
 ) -> None:
     lines = _queueing_log()
     lines[12:12] = [SG.format(s=10) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}"]
-    code, report, text = _run_all_formats(capsys, tmp_path, lines)
+    _, report, text = _run_all_formats(capsys, tmp_path, lines)
     assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
     assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
     assert CANARY not in text
@@ -207,7 +207,7 @@ def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(
     log = _queueing_log()
     for _ in range(5):
         log[12:12] = lines
-    code, report, text = _run_all_formats(capsys, tmp_path, log)
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
     assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
     assert report["scan"]["skipped"][DECOY] >= 5  # type: ignore[index]
     assert CANARY not in text
@@ -220,6 +220,6 @@ def test_lines_below_unquoted_prompt_text_are_records_again(
     # not look wrapped (longer than it), are the engine's own.
     log = _queueing_log()
     log[12:12] = [VL.format(s=3) + "Prompt: hi", "x" * 40 + " " + RETRACT] * 3
-    code, report, _ = _run_all_formats(capsys, tmp_path, log)
+    _, report, _ = _run_all_formats(capsys, tmp_path, log)
     assert report["scan"]["recognised"]["preemption"] == 3  # type: ignore[index]
     assert DECOY not in report["scan"]["skipped"]  # type: ignore[index]

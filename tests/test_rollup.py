@@ -294,3 +294,17 @@ def test_rollup_members_are_real_lines(tmp_path: Path) -> None:
             assert m.text in text[m.line - 1]
             assert m.ts is not None and e.ts is not None
             assert timedelta(0) <= m.ts - e.ts < timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_glued_sglang_lines_roll_up_as_line_by_line(tmp_path: Path, share: float) -> None:
+    # Issue 15: records glued on one physical line (no newline between them: a lost
+    # flush, a paste) once gave a rollup another waiting_last than line by line.
+    rng = random.Random(15)
+    out = []
+    for line in (ROOT / "samples/sglang_thrash.log").read_text().splitlines():
+        out.append(line + ("\n" if rng.random() < share else ""))
+    path = tmp_path / "glued.log"
+    path.write_text("".join(out) + "\n")
+    rolled = _assert_same_report([path])
+    assert any(e.rollup for e in rolled.events)

@@ -155,7 +155,8 @@ class DecompressedStream(io.RawIOBase):
         self._buf = b""
         self._pos = 0
         self._done = False
-        self._member = bytearray()  # compressed bytes fed to self._d (None: too many)
+        # compressed bytes fed to self._d (None: too many to keep)
+        self._member: bytearray | None = bytearray()
         self._member_out = 0  # bytes self._d has produced
         self.truncated = False
         self.damaged = False  # damage, not just an early end (also sets truncated)
@@ -213,9 +214,7 @@ class DecompressedStream(io.RawIOBase):
         _, out = self._replay(member, pieces[:fed], [(i, i + 1) for i in range(lo, hi)])
         return out
 
-    def _replay(
-        self, member: bytearray, *spans: list[tuple[int, int]]
-    ) -> tuple[int, bytes]:
+    def _replay(self, member: bytearray, *spans: list[tuple[int, int]]) -> tuple[int, bytes]:
         """Feed `member`'s spans (in order) to a new decompressor until one fails:
         (spans fed whole, the output past what was handed out already, at most
         _OUT bytes)."""

@@ -7,6 +7,7 @@ line and runs every regex on every line; tests hold the two to identical output.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +17,8 @@ from preemptdiag.model.records import Hit, WrapperStamp
 from preemptdiag.model.request_text import Span
 from preemptdiag.scan.lines import (
     Line,
-    engine_ts_before,
+    Marks,
     normalise,
-    proc_before,
-    record_text,
     repeat_count,
     sglang_rank,
     starts_record,
@@ -30,7 +29,7 @@ from preemptdiag.scan.prefilter import (
     LineFinder,
 )
 from preemptdiag.scan.rollup import RollupSink
-from preemptdiag.scan.signatures import Signature
+from preemptdiag.scan.signatures import RegexTimeout, Signature, reset_user_budget
 from preemptdiag.scan.wrap import (
     MAX_WRAP_LINES,
     NextLine,
@@ -54,6 +53,9 @@ UNPARSED = "unparsed: "
 # skipped["unreadable value: <signature id>"]: matched, but a field would not convert
 # (a number past 64 bits, a word where a user signature wants a number).
 UNREADABLE = "unreadable value: "
+# skipped["regex timed out: <signature id>"]: a user pattern ran out of time there.
+TIMED_OUT = "regex timed out: "
+
 
 @dataclass
 class ScanResult:
@@ -82,6 +84,7 @@ class Matcher:
     """Runs the signatures on one candidate line and turns matches into Hits."""
 
     def __init__(self, sigs: Sequence[Signature]) -> None:
+        reset_user_budget()  # one Matcher per run
         self.sigs = tuple(sorted(sigs, key=lambda s: -s.priority))
         lits: dict[str, None] = {}
         for s in self.sigs:
@@ -124,11 +127,7 @@ class Matcher:
         """Signatures with a literal in `raw` outside the `decoys` (request text: a
         literal inside a logged request's text cannot start evidence)."""
         if self._ac is None:
-            return [
-                s
-                for s in self.sigs
-                if any(_outside(raw, lit, decoys) for lit in s.prefilter)
-            ]
+            return [s for s in self.sigs if any(_outside(raw, lit, decoys) for lit in s.prefilter)]
         found = {
             i
             for i, start, _ in self._ac.find_matches_as_indexes(raw, overlapping=True)
@@ -290,10 +289,22 @@ class Matcher:
         reach: int = 0,
     ) -> bool:
         found = False
+        # Kept spans, sorted by start; the longest bounds how far back one can
+        # overlap a new match (a scan of all of them per match is quadratic on a
+        # line of a thousand glued records).
         taken: list[tuple[int, int, Signature]] = []
+        longest = 0
+        marks = Marks(text)
         decoys = request_text.spans(text)
+        repeat = repeat_count(text) if "[repeated" in text else 1  # once, not per match
         for sig in cands:
-            for m in sig.finditer(text):
+            try:
+                found_here = sig.finditer(text)
+            except RegexTimeout as exc:
+                result.skipped[f"{TIMED_OUT}{exc.sig_id}"] += 1
+                found = True  # judged (as skipped); a rejoin must not run it again
+                continue
+            for m in found_here:
                 start, end = m.span()
                 if must_span and not (start < must_span < end):
                     continue
@@ -306,10 +317,7 @@ class Matcher:
                     found = True
                     continue
                 # Two signatures on one span: the higher priority (sorted first) wins.
-                if any(
-                    start < e and s < end and o.id != sig.id and not _declared(sig, o)
-                    for s, e, o in taken
-                ):
+                if _overlaps_other(taken, longest, start, end, sig):
                     continue
                 try:
                     fields = sig.extract(m)
@@ -317,9 +325,10 @@ class Matcher:
                     result.skipped[f"{UNREADABLE}{sig.id}"] += 1
                     found = True  # recognised, and counted as skipped: not "unparsed"
                     continue
-                taken.append((start, end, sig))
+                bisect.insort(taken, (start, end, sig), key=lambda t: t[0])
+                longest = max(longest, end - start)
                 found = True
-                proc = proc_before(text, start) or sglang_rank(rank)
+                proc = marks.proc_before(start) or sglang_rank(rank)
                 result.add(
                     Hit(
                         source=source,
@@ -327,11 +336,11 @@ class Matcher:
                         sig=sig.id,
                         kind=sig.kind,
                         fields=fields,
-                        text=_cut(record_text(text, start, end)),
+                        text=_cut(marks.record_text(start, end)),
                         ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
-                        ts_engine=engine_ts_before(text, start),
+                        ts_engine=marks.engine_ts_before(start),
                         proc=proc,
-                        repeat=repeat_count(text) if "[repeated" in text else 1,
+                        repeat=repeat,
                         pod=pod,
                         uptime=uptime,
                         engine=sig.engine,
@@ -356,6 +365,20 @@ def _cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
         return text
     i = text.rfind(" ", 0, limit)
     return text[: i if i > limit // 2 else limit] + " …"
+
+
+def _overlaps_other(
+    taken: list[tuple[int, int, Signature]], longest: int, start: int, end: int, sig: Signature
+) -> bool:
+    """Whether [start, end) overlaps a kept span of another signature that this one
+    does not declare: the higher priority (kept first) wins."""
+    i = bisect.bisect_left(taken, start - longest, key=lambda t: t[0])
+    while i < len(taken) and taken[i][0] < end:
+        _, e, other = taken[i]
+        if start < e and other.id != sig.id and not _declared(sig, other):
+            return True
+        i += 1
+    return False
 
 
 def _declared(a: Signature, b: Signature) -> bool:

@@ -18,9 +18,9 @@ from preemptdiag.ingest.sources import (
 from preemptdiag.scan.limits import too_many
 from preemptdiag.scan.lines import normalise, starts_record
 from preemptdiag.scan.matcher import (
+    DAMAGED,
     DECOY,
     MAX_LINE_BYTES,
-    DAMAGED,
     TRUNCATED,
     Matcher,
     ScanResult,
@@ -28,6 +28,7 @@ from preemptdiag.scan.matcher import (
 )
 from preemptdiag.scan.prefilter import Buffer, iter_blocks, number_lines
 from preemptdiag.scan.rollup import RollupSink
+from preemptdiag.scan.signatures import found_in
 from preemptdiag.scan.wrap import (
     MAX_WRAP_LINES,
     Decode,
@@ -287,7 +288,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
         if not cands:
             line = normalise(raw)
             for s in matcher.sigs:
-                if list(s.finditer(line.text)):
+                if found_in(s, line.text):
                     result.skipped["prefilter miss"] += 1
             continue
         after = LinesAfter(decoded[i + 1 : i + 1 + MAX_WRAP_LINES])
