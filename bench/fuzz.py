@@ -357,8 +357,8 @@ def plant(data: bytes, rng: random.Random) -> bytes:
     return b"\n".join(ls)
 
 
-def compress(data: bytes, rng: random.Random) -> tuple[bytes, str]:
-    """A compression wrapper, sometimes damaged: (bytes, file suffix)."""
+def compress(data: bytes, rng: random.Random) -> tuple[bytes, str, bool]:
+    """A compression wrapper, sometimes damaged: (bytes, file suffix, damaged)."""
     how = rng.randrange(5)
     if how == 0:
         out, suffix = gzip.compress(data, mtime=0), ".gz"
@@ -382,7 +382,8 @@ def compress(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         i = rng.randrange(10, len(buf))
         buf[i] ^= 0xFF
         out = bytes(buf)
-    return out, suffix
+        return out, suffix, True
+    return out, suffix, False
 
 
 @dataclass(frozen=True)
@@ -433,8 +434,10 @@ def make_case(seed: int, index: int, seeds: Sequence[Path]) -> Case:
         data = MUTATIONS[n](data, rng)
     suffix = ".log"
     if rng.random() < 0.12:
-        data, suffix = compress(data, rng)
-        names.append("compress")
+        data, suffix, damaged = compress(data, rng)
+        # A flipped byte in a deflate stream decodes to garbage until the decoder
+        # notices: a canary cut out of its request text there is noise, not a leak.
+        names.append("compress_damaged" if damaged else "compress")
     name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else str(src)
     return Case(index, data, suffix, name, tuple(names))
 
@@ -552,7 +555,7 @@ def run_case(case: Case, workdir: Path, diff: bool, tally: Tally) -> None:
         texts = [out, err, *(o.read_text(errors="replace") for o in outs if o.exists())]
         if code != 2 and not all(o.exists() for o in outs):
             finding("missing output", err)
-        for c in _leaks(texts):
+        for c in [] if "compress_damaged" in case.mutations else _leaks(texts):
             where = next(t for t in texts if c in t)
             i = where.index(c)
             finding(
@@ -590,10 +593,9 @@ def fuzz(seed: int, indices: Sequence[int], diff_every: int = 1,
          log: Callable[[str], None] | None = None) -> Tally:  # fmt: skip
     seeds = seed_files()
     tally = Tally()
-    with tempfile.TemporaryDirectory(prefix="pdfuzz-") as d:
+    with tempfile.TemporaryDirectory(prefix="pdfuzz-") as d, contextlib.chdir(d):
+        # (in the temp dir: a config in a parent folder must not leak into the runs)
         work = Path(d)
-        # A config in a parent folder must not leak into the runs.
-        os.chdir(work)
         for n, i in enumerate(indices):
             case = make_case(seed, i, seeds)
             before = len(tally.findings)

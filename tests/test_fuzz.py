@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import io
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,6 +35,7 @@ from preemptdiag.scan.passes import scan_fast, scan_reference
 from preemptdiag.scan.prefilter import LineFinder, iter_blocks
 from preemptdiag.scan.signatures import Signature, load
 
+ROOT = Path(__file__).resolve().parents[1]
 SIGS = load()
 MATCHER = Matcher(SIGS)
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -300,3 +303,40 @@ def test_redactor_never_raises(text: str) -> None:
     assert Redactor(enabled=False)(text) == text
     once = Redactor()(text)
     assert Redactor()(once) == once
+
+
+# --- (e) bench/fuzz.py, bounded: mutated real logs, four formats, three ways ------------
+
+FUZZ_SEED = 20261  # fixed, so a CI failure replays: python -m bench.fuzz --seed S --index I
+FUZZ_INPUTS = 36
+
+
+def _bench_fuzz() -> Any:
+    name = "_preemptdiag_bench_fuzz"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "fuzz.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mutated_real_logs_never_crash_leak_or_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI slice of the fuzzer (the long run: python -m bench.fuzz --count 20000):
+    every input analysed in all four formats and, as JSON, with --jobs 2 and forced
+    byte-range splits and with rollups off. No internal error, no traceback, exit 2
+    only as one error line, no planted prompt text or secret in any output, and the
+    three reports identical."""
+    fuzz = _bench_fuzz()
+    # The repository's logs only: the same inputs here and on CI's clean clone.
+    monkeypatch.setattr(fuzz, "SHARED_CORPUS", ROOT / "no-shared-corpus")
+    tally = fuzz.fuzz(FUZZ_SEED, range(FUZZ_INPUTS), diff_every=1)
+    assert tally.inputs == FUZZ_INPUTS
+    assert tally.diffed > FUZZ_INPUTS // 2
+    found = [
+        f"--seed {FUZZ_SEED} --index {f.index}: {f.cause} ({f.seed_file}, {f.mutations})"
+        for f in tally.findings
+    ]
+    assert not found, "\n".join(found) + "\n" + tally.findings[0].detail

@@ -198,8 +198,10 @@ def _wrap(line: str, width: int) -> list[str]:
         _wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 49),
         # a quoted prompt wrapped
         _wrap(SG.format(s=3) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}')", 60),
+        # a JSON body wrapped between the key's quotes: `{"` / `inputs": "…`
+        _wrap(SG.format(s=3) + '{"inputs": "' + f'{CANARY} {RETRACT}"}}', len(SG) - 2),
     ],
-    ids=["glued_langchain", "wrapped_prompt", "key_cut_by_wrap", "wrapped_quoted"],
+    ids=["glued_langchain", "wrapped_prompt", "key_cut_by_wrap", "wrapped_quoted", "json_key_cut"],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]

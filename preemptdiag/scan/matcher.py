@@ -179,20 +179,17 @@ class Matcher:
         if done is not None and done[0] == source and done[1] < lineno <= done[2]:
             return  # a piece of a wrapped record matched whole already
         text = raw.rstrip("\r\n")
-        # A line below one whose request text was left open (a multi-line prompt):
-        # its text up to where the quote closes (all of it, for raw text) is the
-        # prompt's, not a record.
-        carried = None if starts_record(text) else _open_above(prev_raw, text)
-        if carried is not None:
-            close = -1 if carried == "raw" else request_text.closing_quote(text, carried)
-            if close == -1:
-                if self.candidates(text):
-                    result.skipped[DECOY] += 1
-                return
+        # A line below one whose request text was left open (a multi-line prompt, a
+        # wrapped one): its text up to where that request text ends is not a record.
+        prefix = None if starts_record(text) else _decoy_prefix(prev_raw, text)
+        if prefix is not None and prefix >= len(text):
+            if self.candidates(text):
+                result.skipped[DECOY] += 1
+            return
         if sigs is None:
             decoys = request_text.spans(raw)
-            if carried is not None:
-                decoys.insert(0, Span(0, close + 1, None))
+            if prefix:
+                decoys.insert(0, Span(0, prefix, None))
             cands = self.candidates(raw, decoys)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
@@ -402,27 +399,37 @@ def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
     return False
 
 
-def _open_above(prev_raw: NextLine | None, text: str) -> str | None:
-    """What request text the lines above this continuation line `text` left open:
-    its quote, "raw" for unquoted text, None when there is none (or it closed before
-    this line). Looks up to the nearest line that opens a record."""
+def _decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
+    """How much of this continuation line `text` is request text that the lines above
+    opened: up to where a quote left open closes (all of it if it does not), all of
+    it below a key that ends its line (`Prompt after formatting:`), or, when the
+    lines are pieces of one line a terminal wrapped, what the rejoined line's request
+    text covers. None: nothing carried. Looks up to the nearest line that opens a
+    record."""
     if prev_raw is None:
         return None
-    between: list[str] = []  # continuation lines between the opener and this one
+    between: list[str] = []  # lines between the one above and this one, nearest first
     for k in range(MAX_WRAP_LINES):
         above = prev_raw(k)
         if above is None:
             return None
         above = above.rstrip("\r\n")
+        if _wrapped(above, between, text):
+            joined = above + "".join(reversed(between)) + text
+            off = len(joined) - len(text)
+            for sp in request_text.spans(joined):
+                if sp.start < off < sp.end:
+                    return min(sp.end - off, len(text))
         found = request_text.spans(above)
         last = found[-1] if found and found[-1].end >= len(above) else None
-        if last is not None and last.open not in (None, "raw"):
-            # a quote left open: closed on a line between, or still open here
-            closed = any(request_text.closing_quote(p, last.open) != -1 for p in between)
-            return None if closed else last.open
-        if last is not None and (last.open == "raw" or _wrapped(above, between, text)):
-            # text below its key, or unquoted text a terminal wrapped onto this line
-            return "raw"
+        if last is not None and last.open == "raw":
+            return len(text)
+        if last is not None and last.open is not None:
+            # a quote left open: closed on a line between, or here, or still open
+            if any(request_text.closing_quote(p, last.open) != -1 for p in between):
+                return None
+            close = request_text.closing_quote(text, last.open)
+            return len(text) if close == -1 else close + 1
         if starts_record(above):
             return None
         between.append(above)
