@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import io
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import pytest
+from builders import bench_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -311,25 +310,13 @@ FUZZ_SEED = 20261  # fixed, so a CI failure replays: python -m bench.fuzz --seed
 FUZZ_INPUTS = 36
 
 
-def _bench_fuzz() -> Any:
-    name = "_preemptdiag_bench_fuzz"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "fuzz.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_mutated_real_logs_never_crash_leak_or_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI slice of the fuzzer (the long run: python -m bench.fuzz --count 20000):
     every input analysed in all four formats and, as JSON, with --jobs 2 and forced
     byte-range splits and with rollups off. No internal error, no traceback, exit 2
     only as one error line, no planted prompt text or secret in any output, and the
     three reports identical."""
-    fuzz = _bench_fuzz()
+    fuzz = bench_module("fuzz")
     # The repository's logs only: the same inputs here and on CI's clean clone.
     monkeypatch.setattr(fuzz, "SHARED_CORPUS", ROOT / "no-shared-corpus")
     tally = fuzz.fuzz(FUZZ_SEED, range(FUZZ_INPUTS), diff_every=1)
