@@ -308,3 +308,22 @@ def test_glued_sglang_lines_roll_up_as_line_by_line(tmp_path: Path, share: float
     path.write_text("".join(out) + "\n")
     rolled = _assert_same_report([path])
     assert any(e.rollup for e in rolled.events)
+
+
+@pytest.mark.parametrize("bad", ["60", "99"])
+def test_a_leap_second_among_a_minutes_stats_is_no_rollup_member(
+    tmp_path: Path, bad: str
+) -> None:
+    # Found by bench/fuzz.py: a `:60` stamp joined its minute's rollup, whose members'
+    # times are the carrier's with their own seconds: datetime refused second=60
+    # (an internal error). Events take such a stamp for none; so does the rollup.
+    line = (
+        "INFO 06-16 17:21:{s} [metrics.py:1] Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: "
+        "{w} reqs, GPU KV cache usage: 50.0%, CPU KV cache usage: 0.0%."
+    )
+    secs = ["00", "10", bad, "20", "30"]
+    path = tmp_path / "leap.log"
+    path.write_text("".join(line.format(s=s, w=i) + "\n" for i, s in enumerate(secs)))
+    rolled = _assert_same_report([path])
+    assert sum(e.lines for e in rolled.events) == 5
