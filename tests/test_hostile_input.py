@@ -409,3 +409,116 @@ def test_thousands_of_records_glued_on_one_line_take_linear_time(tmp_path: Path)
         "06-16 17:21:02",
     ]
     assert {h.proc for h in result.hits} == {"APIServer"}
+
+
+# --- leaks, injection, usage, interrupts -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\x1b]0;pwn\x07xy",  # OSC 0: the terminal's title
+        "\x1b]52;c;Zm9v\x07xy",  # OSC 52: writes the clipboard
+        "\x1b[31mx\x1b[0my\x07",  # colour and a bell
+        "xy\x9b2J",  # 8-bit CSI: clear the screen
+    ],
+    ids=["osc_title", "osc_clipboard", "ansi_bell", "c1_csi"],
+)
+def test_terminal_escapes_in_a_process_name_reach_no_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    # The kernel prints the process name, which any local user picks.
+    log = tmp_path / "kern.log"
+    log.write_text(f"Okt 22 15:35:31 host kernel: {KILL.replace('(python3)', f'({name})')}\n")
+    outs = {f: tmp_path / f"r.{f}" for f in ("terminal", "markdown", "json", "sarif")}
+    argv = ["analyze", str(log), "--year", "2025", "--color", "never"]
+    for f, o in outs.items():
+        argv += ["-f", f, "-o", str(o)]
+    code, _, err = run(capsys, *argv)
+    assert code in (0, 1)
+    texts = {f: o.read_text() for f, o in outs.items()}
+    for f, text in texts.items():
+        for bad in ("\x1b", "\x07", "\x9b", "\\u001b", "\\u0007", "\\u009b"):
+            assert bad not in text, (f, bad)
+    data = json.loads(texts["json"])
+    assert "killed xy" in data["verdict"]["why"]
+    assert "\x1b" not in err
+
+
+def test_a_refusal_quoting_a_log_line_is_redacted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    scrape = tmp_path / "metrics.prom"
+    scrape.write_text(
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0"} 3\n'
+        '{"prompt": "my secret plan", "api_key": "sk-proj-abcdef1234567890"}\n'
+    )
+    code, _, err = run(capsys, "analyze", str(scrape))
+    assert code == 2
+    assert "not valid Prometheus text exposition" in err
+    assert "secret plan" not in err and "abcdef1234567890" not in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["analyze", "--jobs", "x", "a.log"], "Invalid value for '--jobs' / '-j': 'x'"),
+        (["analyze", "--bogus", "a.log"], "No such option: --bogus"),
+        (["analyze"], "Missing argument"),
+        (["budget", "--headroom", "much"], "Invalid value for '--headroom'"),
+    ],
+)
+def test_click_usage_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("preemptdiag: error: ") and message in lines[0]
+    assert lines[0].endswith(f"(see preemptdiag {argv[0]} --help)")
+
+
+@pytest.mark.parametrize(
+    "argv", [["check", "-", "-"], ["check", "--", "-+-"], ["compare", "-", "-"]], ids=str
+)
+def test_check_and_compare_read_stdin_once(argv: list[str]) -> None:
+    p = _cli(argv, subprocess.PIPE)
+    assert p.returncode == 2
+    assert p.stderr == "preemptdiag: error: stdin (-) can be read only once; pass it once\n"
+
+
+def test_ctrl_c_with_jobs_stops_at_once_with_one_line(tmp_path: Path) -> None:
+    # Every queued range used to be scanned first (18-28 s), and each worker printed
+    # a traceback of its own. Ranges forced onto a few MiB (the threshold is 64 MiB).
+    import signal
+    import time
+
+    from builders import bench_module
+
+    log = tmp_path / "dense.log"
+    with log.open("wb") as f:
+        bench_module("generate").generate_dense(f, 16 << 20, seed=1)
+    code = (
+        "import sys; import preemptdiag.scan.parallel as p; p.PARALLEL_MIN_BYTES = 1; "
+        "from preemptdiag.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "analyze", str(log), "--jobs", "2", "-f", "json",
+         "--max-events", "0"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(1.5)
+    assert proc.poll() is None, "finished before the interrupt: make the log bigger"
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == 130
+    assert err == "preemptdiag: interrupted\n"
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
+    assert left.stdout == ""  # no orphan workers

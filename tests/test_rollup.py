@@ -311,9 +311,7 @@ def test_glued_sglang_lines_roll_up_as_line_by_line(tmp_path: Path, share: float
 
 
 @pytest.mark.parametrize("bad", ["60", "99"])
-def test_a_leap_second_among_a_minutes_stats_is_no_rollup_member(
-    tmp_path: Path, bad: str
-) -> None:
+def test_a_leap_second_among_a_minutes_stats_is_no_rollup_member(tmp_path: Path, bad: str) -> None:
     # Found by bench/fuzz.py: a `:60` stamp joined its minute's rollup, whose members'
     # times are the carrier's with their own seconds: datetime refused second=60
     # (an internal error). Events take such a stamp for none; so does the rollup.
