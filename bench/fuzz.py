@@ -517,8 +517,8 @@ def _classify(code: int, err: str) -> str | None:
         where = re.findall(r'File "([^"]+)", line (\d+), in (\w+)', err)
         loc = f"{Path(where[-1][0]).name}:{where[-1][2]}" if where else "?"
         return f"internal error {m[-1] if m else '?'} at {loc}"
-    if "Traceback" in err:
-        return "traceback"
+    if re.search(r"^Traceback \(most recent call last\):", err, re.M):
+        return "traceback"  # (a quoted log line may say "Traceback" itself)
     if code not in (0, 1, 2):
         return f"exit {code}"
     if code == 2 and (len(err.splitlines()) != 1 or not err.startswith("preemptdiag: error: ")):

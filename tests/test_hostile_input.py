@@ -522,3 +522,27 @@ def test_ctrl_c_with_jobs_stops_at_once_with_one_line(tmp_path: Path) -> None:
     time.sleep(0.2)
     left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
     assert left.stdout == ""  # no orphan workers
+
+
+def test_glued_records_without_record_marks_take_linear_time(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py: glued records with no vLLM level-and-stamp mark are one
+    # record to record_text, which looked for the next mark to the line's end and
+    # copied the whole line again for every match (a 10 MB input ran past 120 s).
+    import time
+
+    from preemptdiag.ingest.sources import open_source
+    from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher
+    from preemptdiag.scan.passes import scan_fast
+    from preemptdiag.scan.signatures import load
+
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has "
+        "a total capacity of 184.00 GiB of which 2.21 GiB is free. "
+    )
+    log = tmp_path / "glued.log"
+    log.write_text(oom * 3000 + "\n")
+    t0 = time.monotonic()
+    result = scan_fast(open_source(str(log)), Matcher(load()))
+    assert time.monotonic() - t0 < 15  # ~1 s
+    assert len(result.hits) == 3000
+    assert all(len(h.text) <= MAX_EVIDENCE_CHARS + 2 for h in result.hits)

@@ -133,12 +133,17 @@ class Marks:
         self.text = text
         self._found: dict[str, tuple[list[int], list[regex.Match[str]]]] = {}
 
-    def _last(self, name: str, pattern: regex.Pattern[str], bound: int) -> regex.Match[str] | None:
+    def _all(
+        self, name: str, pattern: regex.Pattern[str]
+    ) -> tuple[list[int], list[regex.Match[str]]]:
         found = self._found.get(name)
         if found is None:
             ms = list(pattern.finditer(self.text))
             found = self._found[name] = ([m.end() for m in ms], ms)
-        ends, ms = found
+        return found
+
+    def _last(self, name: str, pattern: regex.Pattern[str], bound: int) -> regex.Match[str] | None:
+        ends, ms = self._all(name, pattern)
         i = bisect.bisect_right(ends, bound) - 1
         return ms[i] if i >= 0 else None
 
@@ -147,12 +152,16 @@ class Marks:
         last = self._last("ts", ENGINE_TS, bound)
         return f"{last.group('md')} {last.group('hms')}" if last else None
 
-    def record_text(self, start: int, end: int) -> str:
-        """The one record holding text[start:end] (see record_text)."""
+    def record_text(self, start: int, end: int, limit: int | None = None) -> str:
+        """The one record holding text[start:end] (see record_text); its first `limit`
+        characters only, when given (a line of glued records with no record marks is
+        one record: copying all of it for each match would be quadratic)."""
         last = self._last("record", _RECORD_START, start + 1)
         lo = last.start() if last else 0
-        nxt = _RECORD_START.search(self.text, end)  # the next one only: not quadratic
-        return self.text[lo : nxt.start() if nxt else len(self.text)]
+        _, ms = self._all("record", _RECORD_START)
+        i = bisect.bisect_left(ms, end, key=lambda m: m.start())  # the first at or after end
+        hi = ms[i].start() if i < len(ms) else len(self.text)
+        return self.text[lo : hi if limit is None else min(hi, lo + limit)]
 
     def proc_before(self, pos: int) -> str | None:
         last = self._last("proc", _PROC, max(pos, 0))

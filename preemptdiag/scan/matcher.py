@@ -44,6 +44,9 @@ if HAVE_AHOCORASICK:
 # Longer lines are cut: a 50 MB single "line" is a paste accident, not one record.
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
+# No terminal is wider: longer lines of equal length are repeated records, not the
+# pieces of one line a terminal wrapped.
+_MAX_WRAP_WIDTH = 1024
 # {codec}: gzip, bzip2, xz or zstd (compression.py).
 TRUNCATED = "truncated {codec}: input ended early"
 DAMAGED = "damaged {codec} data: read up to the damage"
@@ -131,7 +134,7 @@ class Matcher:
         found = {
             i
             for i, start, _ in self._ac.find_matches_as_indexes(raw, overlapping=True)
-            if not decoys or not request_text.inside(start, list(decoys))
+            if not decoys or not request_text.inside(start, decoys)
         }
         if not found:
             return []
@@ -333,7 +336,8 @@ class Matcher:
                         sig=sig.id,
                         kind=sig.kind,
                         fields=fields,
-                        text=_cut(marks.record_text(start, end)),
+                        # (one character past the cut: _cut then cuts exactly as on all)
+                        text=_cut(marks.record_text(start, end, MAX_EVIDENCE_CHARS + 1)),
                         ts_wrapper=_ts_tag(ts_wrapper, ts_kind),
                         ts_engine=marks.engine_ts_before(start),
                         proc=proc,
@@ -393,7 +397,7 @@ def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
     """Whether `lit` occurs in `raw` somewhere outside the request-text `decoys`."""
     i = raw.find(lit)
     while i != -1:
-        if not request_text.inside(i, list(decoys)):
+        if not request_text.inside(i, decoys):
             return True
         i = raw.find(lit, i + 1)
     return False
@@ -440,7 +444,11 @@ def _wrapped(first: str, between: Sequence[str], text: str) -> bool:
     """Whether `first`, the lines `between` and `text` are pieces of one line a
     terminal wrapped: every piece but the last as wide as the first."""
     width = len(first)
-    return all(len(p) == width for p in between) and 0 < len(text) <= width
+    return (
+        width <= _MAX_WRAP_WIDTH
+        and all(len(p) == width for p in between)
+        and 0 < len(text) <= width
+    )
 
 
 def decode_line(raw: Buffer, result: ScanResult) -> str:

@@ -104,7 +104,8 @@ def _stamp(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
         try:
             # a day and a time of day that exist: a leap second (`:60`) or `25:61`
             # is no stamp to events, so none to a rollup either
-            datetime(2001, int(engine[:2]), int(engine[3:5]), *map(int, engine[6:].split(":")))
+            hh, mm, ss = (int(x) for x in engine[6:].split(":"))
+            datetime(2001, int(engine[:2]), int(engine[3:5]), hh, mm, ss)
         except ValueError:
             return clock, None, None
         return clock, m["minute"], m["sec"]
