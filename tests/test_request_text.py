@@ -225,3 +225,22 @@ def test_lines_below_unquoted_prompt_text_are_records_again(
     _, report, _ = _run_all_formats(capsys, tmp_path, log)
     assert report["scan"]["recognised"]["preemption"] == 3  # type: ignore[index]
     assert DECOY not in report["scan"]["skipped"]  # type: ignore[index]
+
+
+def test_a_record_glued_where_a_multi_line_prompt_closes_counts_and_the_prompt_not(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Found by bench/fuzz.py: the closing line of a multi-line prompt holds a CUDA OOM
+    # quote, then the engine's own record glued on: the quote once became evidence,
+    # printed with the prompt, because the glued record's literal let the line in.
+    log = _queueing_log()
+    log[12:12] = [
+        VL.format(s=3) + f"Received request cmpl-2: prompt: '{CANARY} first line",
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. {CANARY}', "
+        "params: SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
+    ]
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
+    assert "alloc" not in str(report["scan"]["recognised"])  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
+    assert CANARY not in text

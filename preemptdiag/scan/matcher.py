@@ -185,18 +185,21 @@ class Matcher:
         # A line below one whose request text was left open (a multi-line prompt, a
         # wrapped one): its text up to where that request text ends is not a record.
         prefix = None if starts_record(text) else _decoy_prefix(prev_raw, text)
-        if prefix is not None and prefix >= len(text):
-            if self.candidates(text):
+        if prefix:
+            if self.candidates(text[:prefix]):
                 result.skipped[DECOY] += 1
-            return
+            if prefix >= len(text):
+                return
+            # Blanked, not cut: offsets stay, and no pattern can match into it (a
+            # record glued after the closing quote is matched on its own).
+            text = " " * prefix + text[prefix:]
+            raw = text
         if sigs is None:
             decoys = request_text.spans(raw)
-            if prefix:
-                decoys.insert(0, Span(0, prefix, None))
             cands = self.candidates(raw, decoys)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
-                if decoys:
+                if decoys and not prefix:
                     result.skipped[DECOY] += 1
                 return
         else:
