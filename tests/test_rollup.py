@@ -325,3 +325,24 @@ def test_a_leap_second_among_a_minutes_stats_is_no_rollup_member(tmp_path: Path,
     path.write_text("".join(line.format(s=s, w=i) + "\n" for i, s in enumerate(secs)))
     rolled = _assert_same_report([path])
     assert sum(e.lines for e in rolled.events) == 5
+
+
+def test_unstamped_lines_after_a_glued_line_crossing_a_minute(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (issue 15's waiting_last 54 vs 52): a glued line's records
+    # cross into the next minute, so it carries two rollups with the same last line;
+    # the unstamped stats lines below took the first rollup's time, not the second's.
+    rec = (
+        "INFO 11-04 16:{m:02d}:{s:02d} [loggers.py:1] Engine 000: Avg prompt throughput: "
+        "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: "
+        "{w} reqs, GPU KV cache usage: {kv}.0%, Prefix cache hit rate: 0.0%"
+    )
+    glued = "".join(
+        rec.format(m=(33 + 5 * i) // 60 + 3, s=(33 + 5 * i) % 60, w=i, kv=40 + i)
+        for i in range(8)
+    )
+    bare = rec.split("] ", 1)[1]
+    lines = [glued] + [bare.format(w=50 + i, kv=90 + i) for i in range(3)]
+    path = tmp_path / "glued_minutes.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert sum(1 for e in rolled.events if e.rollup) == 2

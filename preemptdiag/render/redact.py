@@ -20,7 +20,7 @@ redacting twice changes nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 # The project's mypy config has no override for regex and types-regex is not a
@@ -217,8 +217,19 @@ def redact(text: str) -> str:
     # (`https://authorization=user:pw@`). Rescan until nothing changes: every
     # changing pass turns at least one character that is not a marker into a
     # marker, so this ends; in practice a second pass confirms and stops.
+    #
+    # Request text goes first, on its own: a secret's value glued to a request key
+    # (`token=abcPrompt after formatting: …`) would otherwise take the key's first
+    # word with it, and the prompt after it would no longer look like one.
+    return _settle(_settle(text, _REQUEST_NAMES), _NAMES)
+
+
+_REQUEST_NAMES = frozenset(request_text.NAMES)
+
+
+def _settle(text: str, allowed: Collection[str]) -> str:
     for _ in range(_MAX_PASSES):
-        names = _triggered(text)
+        names = tuple(n for n in _triggered(text) if n in allowed)
         if not names:
             return text
         out: str = _combined(names).sub(_replace, text)

@@ -205,7 +205,8 @@ def resolve_times(
     for h, t in out:
         if t is not None:
             last, last_line = t, h.line
-            if h.rollup and h.rollup.last.line > member[0]:
+            # (>=: a later rollup whose last line is the same glued line ends later)
+            if h.rollup and h.rollup.last.line >= member[0]:
                 member = (h.rollup.last.line, member_time(h.rollup.last, h, t))
         elif last_line <= member[0] < h.line:
             t = member[1]
