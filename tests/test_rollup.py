@@ -337,8 +337,7 @@ def test_unstamped_lines_after_a_glued_line_crossing_a_minute(tmp_path: Path) ->
         "{w} reqs, GPU KV cache usage: {kv}.0%, Prefix cache hit rate: 0.0%"
     )
     glued = "".join(
-        rec.format(m=(33 + 5 * i) // 60 + 3, s=(33 + 5 * i) % 60, w=i, kv=40 + i)
-        for i in range(8)
+        rec.format(m=(33 + 5 * i) // 60 + 3, s=(33 + 5 * i) % 60, w=i, kv=40 + i) for i in range(8)
     )
     bare = rec.split("] ", 1)[1]
     lines = [glued] + [bare.format(w=50 + i, kv=90 + i) for i in range(3)]
