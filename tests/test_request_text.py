@@ -200,8 +200,17 @@ def _wrap(line: str, width: int) -> list[str]:
         _wrap(SG.format(s=3) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}')", 60),
         # a JSON body wrapped between the key's quotes: `{"` / `inputs": "…`
         _wrap(SG.format(s=3) + '{"inputs": "' + f'{CANARY} {RETRACT}"}}', len(SG) - 2),
+        # a \r inside the line (a tqdm redraw, a CR line end of another machine)
+        _wrap(f"cluster]\rPrompt after formatting:\r{CANARY} {RETRACT}", 40),
     ],
-    ids=["glued_langchain", "wrapped_prompt", "key_cut_by_wrap", "wrapped_quoted", "json_key_cut"],
+    ids=[
+        "glued_langchain",
+        "wrapped_prompt",
+        "key_cut_by_wrap",
+        "wrapped_quoted",
+        "json_key_cut",
+        "carriage_return_inside",
+    ],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]

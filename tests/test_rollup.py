@@ -345,3 +345,20 @@ def test_unstamped_lines_after_a_glued_line_crossing_a_minute(tmp_path: Path) ->
     path.write_text("\n".join(lines) + "\n")
     rolled = _assert_same_report([path], time=TimeContext(year=2026))
     assert sum(1 for e in rolled.events if e.rollup) == 2
+
+
+def test_an_unstamped_record_glued_after_a_rollups_members(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py: a record whose stamp cannot be a time, glued after a
+    # minute's records on their line, took the rollup carrier's (first) time, not its
+    # last member's as line by line: waiting_last 37 against 0.
+    rec = (
+        "INFO {stamp} [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: {w} reqs, GPU KV "
+        "cache usage: 50.0%, Prefix cache hit rate: 0.0%"
+    )
+    stamped = [rec.format(stamp=f"07-15 14:01:{s:02d}", w=30 + s) for s in (4, 14, 24, 34)]
+    glued = "".join([*stamped, rec.format(stamp="99-99 99:99:99", w=0)])
+    path = tmp_path / "glued_bad_stamp.log"
+    path.write_text(rec.format(stamp="07-15 14:00:54", w=1) + "\n" + glued + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert rolled.report.windows[-1].waiting_last == 0

@@ -27,12 +27,13 @@ from functools import cache
 import regex  # type: ignore[import-untyped, unused-ignore]
 
 # A quoted Python repr / JSON string on one line, closed or cut off (then it runs to
-# the end of the line). Escapes are consumed in pairs so `\'` does not close a
+# the end of the line). A \r is no line end inside a line: the scanner reads it as a
+# space (tqdm redraws, vLLM's multi-line records), so request text runs on past it. Escapes are consumed in pairs so `\'` does not close a
 # single-quoted repr; a value that starts with a redaction marker is not text.
-SQ = r"'(?!\[REDACTED:)(?:[^'\\\r\n]|\\[^\r\n])*+(?:'|\\?(?=[\r\n]|\Z))"
-DQ = r'"(?!\[REDACTED:)(?:[^"\\\r\n]|\\[^\r\n])*+(?:"|\\?(?=[\r\n]|\Z))'
-SQ_CLOSED = r"'(?:[^'\\\r\n]|\\[^\r\n])*+'"
-DQ_CLOSED = r'"(?:[^"\\\r\n]|\\[^\r\n])*+"'
+SQ = r"'(?!\[REDACTED:)(?:[^'\\\n]|\\[^\n])*+(?:'|\\?(?=\n|\Z))"
+DQ = r'"(?!\[REDACTED:)(?:[^"\\\n]|\\[^\n])*+(?:"|\\?(?=\n|\Z))'
+SQ_CLOSED = r"'(?:[^'\\\n]|\\[^\n])*+'"
+DQ_CLOSED = r'"(?:[^"\\\n]|\\[^\n])*+"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape(
         "ids",
         r"(?P<ids_k>\bprompt_token_ids:[ ]?)"
-        r"(?P<ids_v>\[(?!REDACTED:)[^\]\r\n]*+(?:\]|(?=[\r\n]|\Z)))",
+        r"(?P<ids_v>\[(?!REDACTED:)[^\]\n]*+(?:\]|(?=\n|\Z)))",
         ("prompt_token_ids:",),
     ),
     # JSON bodies and Python dict reprs: "prompt"/"messages"/"content"/"input(s)"/"text"
@@ -72,10 +73,10 @@ SHAPES: tuple[Shape, ...] = (
         r"(?P<body_k>(?<![^\s{,\[(])[\"'](?:" + "|".join(_BODY_KEYS) + r")[\"']\s*+:\s*+)"
         rf"(?P<body_v>{SQ}|{DQ}"
         # a whole array, nested arrays and strings included (recursion) ...
-        r"|(?P<body_arr>\[(?!REDACTED:)(?:[^\[\]\"'\r\n]++"
+        r"|(?P<body_arr>\[(?!REDACTED:)(?:[^\[\]\"'\n]++"
         rf"|{DQ_CLOSED}|{SQ_CLOSED}|(?&body_arr))*+\])"
         # ... or, when it does not close on this line, the rest of the line
-        r"|\[(?!REDACTED:)[^\r\n]*+)",
+        r"|\[(?!REDACTED:)[^\n]*+)",
         tuple(f"{k}{q}" for k in _BODY_KEYS for q in "\"'"),
     ),
     # Other reprs: prompt='…', text="…", prompt:'…', llm.generate(prompt="…"),
@@ -92,7 +93,7 @@ SHAPES: tuple[Shape, ...] = (
         "rawprompt",
         # (LangChain's phrase is distinctive enough to be found glued to a word)
         r"(?P<rawprompt_k>(?:(?<![A-Za-z0-9_])(?:[Pp]rompt|PROMPT)|Prompt after formatting):[ ]*+)"
-        r"(?P<rawprompt_v>(?![\"'\[ ])(?!\[REDACTED:)[^\r\n]*+|(?=[\r\n]|\Z))",
+        r"(?P<rawprompt_v>(?![\"'\[ ])(?!\[REDACTED:)[^\n]*+|(?=\n|\Z))",
         ("prompt:", "Prompt:", "PROMPT:", "after formatting:"),
     ),
 )
