@@ -8,6 +8,7 @@ so `--help` stays fast.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -222,6 +223,13 @@ def analyze(
     from dataclasses import replace
 
     files = files or []
+    if not files and prometheus is None:
+        # A usage error, as click gives when an argument is missing: files are
+        # optional to click only because --prometheus can stand alone.
+        raise typer.BadParameter(
+            "pass one or more logs, - for stdin, or --prometheus URL",
+            param_hint="'FILES...'",
+        )
     from preemptdiag.commands.analyze import run_analysis
     from preemptdiag.render import Format, render, timeline_mode
     from preemptdiag.render.summary import verdict_line
@@ -380,7 +388,7 @@ def check(
         strict,
         config,
     )
-    raise typer.Exit(run_check(files, opts, lambda line: _emit(line, None)))
+    raise typer.Exit(run_check(files, opts, lambda line: _emit(_said(line), None)))
 
 
 @app.command()
@@ -529,8 +537,21 @@ def budget(
     _emit(b.format_budget(result), None)
 
 
+INTERRUPTED = "preemptdiag: interrupted\n"
+
+
+def _said(text: str) -> str:
+    """An error message or bug block as it may be shown: a refusal can quote a log
+    line (a scrape that does not parse, a value that does not convert), so prompt
+    text, secrets and terminal control are taken out as in a report."""
+    from preemptdiag.render.redact import redact
+    from preemptdiag.render.sanitise import clean
+
+    return clean(redact(text))
+
+
 def _bug_block(exc: BaseException) -> str:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    tb = _said("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]))
     return (
         "preemptdiag: internal error (exit 3). Please report this block:\n"
         f"```\npreemptdiag {__version__}, Python {sys.version.split()[0]}, {sys.platform}\n"
@@ -539,24 +560,43 @@ def _bug_block(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The exceptions of the click typer runs on (its own copy since typer 0.28).
+    usage = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    click = importlib.import_module(usage.__module__)
+    no_args = getattr(click, "NoArgsIsHelpError", ())
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name="preemptdiag", standalone_mode=True)
-    except SystemExit as exc:  # typer/click end every run with one, carrying the code
+        # Not standalone: click's usage errors come here, to be said in one line.
+        code = app(args=args, prog_name="preemptdiag", standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+        if code == 130:  # typer's answer to Ctrl-C; no command exits 130 itself
+            sys.stderr.write(INTERRUPTED)
+        return code
+    except SystemExit as exc:  # typer/click end some runs with one, carrying the code
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
-    except DiagError as exc:
-        sys.stderr.write(f"preemptdiag: error: {exc.message}\n")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("preemptdiag: interrupted\n")
+    except no_args as exc:
+        exc.show()  # the help text, as `preemptdiag` alone has always printed it
         return 2
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "preemptdiag"
+        msg = _said(exc.format_message())
+        sys.stderr.write(f"preemptdiag: error: {msg} (see {where} --help)\n")
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        sys.stderr.write(f"preemptdiag: error: {_said(exc.format_message())}\n")
+        return int(exc.exit_code)
+    except DiagError as exc:
+        sys.stderr.write(f"preemptdiag: error: {_said(exc.message)}\n")
+        return exc.exit_code
+    except (KeyboardInterrupt, typer.Abort):
+        sys.stderr.write(INTERRUPTED)
+        return 130
     except BrokenPipeError:
         return 0
     except Exception as exc:  # the one place that turns bugs into exit 3
         sys.stderr.write(_bug_block(exc) + "\n")
         return 3
-    return 0
 
 
 def run() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from preemptdiag.model.records import Event, FieldValue, Kind, Window
@@ -114,3 +115,20 @@ def healthy_v1_log(
         waiting, kv = spikes.get(i, (0, 20.0 + (i * 7) % 30))
         lines.append(v1_stats_line(start + timedelta(seconds=i * every), 10 + i % 20, waiting, kv))
     return lines
+
+
+def bench_module(stem: str) -> ModuleType:
+    """bench/<stem>.py, imported once (bench/ is not a package of the wheel)."""
+    import importlib.util
+    import sys
+
+    name = f"_preemptdiag_bench_{stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod

@@ -283,3 +283,29 @@ def test_stdin_given_twice(
     assert one_line_error(err) == (
         "preemptdiag: error: stdin (-) can be read only once; pass it once"
     )
+
+
+def test_old_mac_line_ends_then_crlf_are_numbered_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A CR-only head (old-Mac line ends) and then CRLF lines: each \r\n was read as two
+    # line ends, so every line after the switch got a blank line before it.
+    from preemptdiag.ingest.sources import SNIFF_BYTES, open_source
+    from preemptdiag.scan.matcher import Matcher
+    from preemptdiag.scan.passes import scan_fast, scan_reference
+    from preemptdiag.scan.signatures import load
+
+    filler = "INFO 06-16 12:00:00 [x.py:1] nothing to see here\r"
+    head = filler * (SNIFF_BYTES // len(filler) + 10)
+    tail = "".join(f"{V0_PREEMPT}\r\n" for _ in range(20))
+    p = tmp_path / "mixed.log"
+    p.write_bytes((head + tail).encode())
+    src = open_source(str(p))
+    assert src.cr_only
+    want = (head + tail).splitlines()  # universal newlines: \r, \n and \r\n are one end each
+    first = next(i for i, ln in enumerate(want, 1) if "preempted" in ln)
+    matcher = Matcher(load())
+    for scan in (scan_fast, scan_reference):
+        result = scan(src, matcher)
+        assert result.lines_read == len(want)
+        assert [h.line for h in result.hits] == list(range(first, first + 20))

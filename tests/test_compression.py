@@ -298,3 +298,83 @@ def test_zero_padding_after_the_last_member_is_not_damage(codec: str) -> None:
     # Zeros and then something else are damage after all.
     blob = COMPRESS[codec](data) + b"\0" * 8 + b"junk"
     assert _decode_all(codec, blob, 65536) == (data, True)
+
+
+# --- issue 15 item 9: damage keeps what came before it; zstd --long=31 windows -------
+
+_LOG_254 = "".join(
+    f"INFO 06-16 12:{i // 60 % 60:02d}:{i % 60:02d} [x.py:1] line {i} {'abcdefgh' * (i % 7)}\n"
+    for i in range(254)
+).encode()
+
+
+# gzip and xz decode as they go; bzip2 and zstd decode whole blocks (a damaged block
+# yields nothing, in their own tools too), so a one-block file is corrupt at its start.
+@pytest.mark.parametrize("codec", ["gzip", "xz"])
+def test_a_small_damaged_file_keeps_everything_before_the_damage(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, codec: str
+) -> None:
+    # One flipped byte two thirds in: the decompress call that meets it raises, and
+    # its output (here: the whole file) was once dropped, so a small file was refused
+    # as "corrupt at the start". What a streaming decoder gives before the error is
+    # read now; the damage is noted, not called an early end.
+    blob = bytearray(COMPRESS[codec](_LOG_254))
+    blob[len(blob) * 2 // 3] ^= 0xFF
+    p = tmp_path / f"damaged.log{SUFFIX[codec]}"
+    p.write_bytes(bytes(blob))
+    before = _streamed_until_error(codec, bytes(blob))
+    code, report = _report(capsys, str(p))
+    assert code == 0
+    skipped = dict(report["scan"]["skipped"])
+    skipped.pop("invalid UTF-8 (replaced)", None)  # garbage a decoder let through
+    assert skipped == {f"damaged {codec} data: read up to the damage": 1}
+    whole_lines = before.count(b"\n") + (0 if before.endswith(b"\n") else 1)
+    assert report["scan"]["lines_read"] == whole_lines
+    assert report["scan"]["bytes_read"] == len(before)
+    assert whole_lines > 100  # most of the 254 lines
+
+
+def _streamed_until_error(codec: str, blob: bytes) -> bytes:
+    """What a decoder fed one byte at a time yields before it raises: the most any
+    streaming reader (gzip -dc, xz -dc) can hand on."""
+    d = CODECS[codec].new()
+    out = bytearray()
+    try:
+        for i in range(len(blob)):
+            out += d.decompress(blob[i : i + 1])
+    except CODECS[codec].errors():
+        pass
+    return bytes(out)
+
+
+def test_a_truncated_gzip_reads_what_gzip_dc_reads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    blob = gzip.compress(_LOG_254)
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(blob[: len(blob) * 2 // 3])
+    ref = _streamed_until_error("gzip", p.read_bytes())
+    code, report = _report(capsys, str(p))
+    assert code == 0
+    assert report["scan"]["bytes_read"] == len(ref) > 0
+    assert report["scan"]["skipped"] == {"truncated gzip: input ended early": 1}
+
+
+def test_a_zstd_frame_with_a_2_gib_window_is_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # `zstd --long=31` on a big log declares a window past the decoder's default
+    # 128 MiB limit. Made small here: the frame header's window descriptor says 2 GiB.
+    params = zstd.CompressionParameter
+    c = zstd.ZstdCompressor(options={params.window_log: 20, params.content_size_flag: 0})
+    blob = bytearray(c.compress(_LOG_254, mode=zstd.ZstdCompressor.FLUSH_FRAME))
+    assert blob[4] & 0x20 == 0  # not single-segment: byte 5 is the window descriptor
+    blob[5] = (31 - 10) << 3  # exponent 21, mantissa 0: 2^31 bytes
+    with pytest.raises(zstd.ZstdError, match="too much memory"):
+        zstd.ZstdDecompressor().decompress(bytes(blob))
+    p = tmp_path / "long31.log.zst"
+    p.write_bytes(bytes(blob))
+    code, report = _report(capsys, str(p))
+    assert code == 0
+    assert report["scan"]["lines_read"] == 254
+    assert report["scan"]["skipped"] == {}

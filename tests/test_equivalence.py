@@ -14,9 +14,7 @@ with a split at every page).
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import random
-import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from types import ModuleType
 from typing import BinaryIO
 
 import pytest
+from builders import bench_module
 
 import preemptdiag.scan.passes as passes_mod
 from preemptdiag.ingest.sources import open_source
@@ -248,15 +247,7 @@ def adversarial_log(seed: int, pages: int, wrapped: bool) -> bytes:
 
 
 def _bench_generator() -> ModuleType:
-    name = "_preemptdiag_bench_generate"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("generate")
 
 
 @pytest.fixture(scope="module")

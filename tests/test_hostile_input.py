@@ -317,3 +317,234 @@ def test_a_reversed_log_counts_preemptions_once(
     r = report(capsys, str(rev), "--year", "2025")
     assert r["verdict"]["class"] == "thrash_loop"  # type: ignore[index]
     assert round(sum(w["preemptions"] for w in r["windows"])) == 251  # type: ignore[index, union-attr]
+
+
+@pytest.mark.parametrize(
+    "value", ["99999999999999999999999999999999999999999", "1" + "0" * 400, "1500000000000000000.5"]
+)
+def test_throughputs_and_shares_past_any_engine_are_counted_skips(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str
+) -> None:
+    # Found by bench/fuzz.py: a 40-digit throughput was summed into the window mean,
+    # whose last digits then depended on the order of the sum (rollups on or off).
+    num = value
+    lines = [V1_STATS.format(s=f"{s:02d}") for s in range(0, 60, 10)]
+    lines[2] = lines[2].replace("2.0 tokens/s", f"{num} tokens/s")
+    lines[3] = lines[3].replace("usage: 1.0%", f"usage: {num}%")
+    log = tmp_path / "huge.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = report(capsys, str(log), "--year", "2025")
+    assert r["scan"]["skipped"] == {"unreadable value: vllm.v1.stats": 2}  # type: ignore[index]
+    assert r["scan"]["recognised"] == {"stats": 4}  # type: ignore[index]
+
+
+def _user_sig(tmp_path: Path, pattern: str, example: str = "abc") -> Path:
+    d = tmp_path / "sigs"
+    d.mkdir(exist_ok=True)
+    (d / "a.toml").write_text(
+        '[[signature]]\nid = "slow"\nfamily = "f"\nengine = "v"\nkind = "context"\n'
+        f"prefilter = [\"abc\"]\npattern = '''{pattern}'''\n"
+        f'[[signature.match]]\nline = "{example}"\n'
+    )
+    return d
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"abc(?:a|aa)+$", r"abc((a+))+b", r"abc(\w+\s?)+$", r"abc(?:a{1,30}){1,30}b"]
+)
+def test_patterns_that_can_backtrack_without_end_are_refused_at_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, pattern: str
+) -> None:
+    d = _user_sig(tmp_path, pattern, "abcaab")
+    (tmp_path / "a.log").write_text("abc\n")
+    code, _, err = run(capsys, "analyze", str(tmp_path / "a.log"), "--signatures", str(d))
+    assert code == 2
+    assert err.strip() == (
+        f"preemptdiag: error: invalid signature file {d / 'a.toml'}: signature 'slow': "
+        "pattern has a nested unbounded quantifier (catastrophic backtracking)"
+    )
+
+
+def test_a_slow_user_pattern_is_bounded_per_line_and_per_run_and_counted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polynomial, not exponential (no repeated group): past the static check, but
+    # a 3,000-character line of a's takes it minutes. Each line gets its slice of
+    # time, the run a budget; every line it could not judge is counted.
+    import time
+
+    import preemptdiag.scan.signatures as sigmod
+
+    monkeypatch.setattr(sigmod, "USER_REGEX_TIMEOUT_S", 0.02)
+    monkeypatch.setattr(sigmod, "USER_REGEX_BUDGET_S", 0.2)
+    d = _user_sig(tmp_path, "abc" + "a*" * 8 + "b")
+    (tmp_path / "a.log").write_text(("abc" + "a" * 3000 + "\n") * 40 + V1_STATS.format(s="00"))
+    t0 = time.monotonic()
+    r = report(capsys, str(tmp_path / "a.log"), "--signatures", str(d), "--year", "2025")
+    assert time.monotonic() - t0 < 10
+    assert r["scan"]["skipped"] == {"regex timed out: slow": 40}  # type: ignore[index]
+    assert r["scan"]["recognised"] == {"stats": 1}  # type: ignore[index]
+
+
+def test_thousands_of_records_glued_on_one_line_take_linear_time(tmp_path: Path) -> None:
+    # Each match once searched the line from its start (its record, stamp and
+    # process tag) and tested the whole line for "[repeated": quadratic, 46 s for
+    # 1,000 records. Each match still gets its own record's stamp.
+    import time
+
+    from preemptdiag.ingest.sources import open_source
+    from preemptdiag.scan.matcher import Matcher
+    from preemptdiag.scan.passes import scan_fast
+    from preemptdiag.scan.signatures import load
+
+    log = tmp_path / "glued.log"
+    log.write_text("".join(V1_STATS.format(s=f"{s % 60:02d}") for s in range(4000)) + "\n")
+    t0 = time.monotonic()
+    result = scan_fast(open_source(str(log)), Matcher(load()))
+    assert time.monotonic() - t0 < 8  # ~0.2 s; the quadratic scan took over 30 s
+    assert len(result.hits) == 4000
+    assert [h.ts_engine for h in result.hits[:3]] == [
+        "06-16 17:21:00",
+        "06-16 17:21:01",
+        "06-16 17:21:02",
+    ]
+    assert {h.proc for h in result.hits} == {"APIServer"}
+
+
+# --- leaks, injection, usage, interrupts -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\x1b]0;pwn\x07xy",  # OSC 0: the terminal's title
+        "\x1b]52;c;Zm9v\x07xy",  # OSC 52: writes the clipboard
+        "\x1b[31mx\x1b[0my\x07",  # colour and a bell
+        "xy\x9b2J",  # 8-bit CSI: clear the screen
+    ],
+    ids=["osc_title", "osc_clipboard", "ansi_bell", "c1_csi"],
+)
+def test_terminal_escapes_in_a_process_name_reach_no_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    # The kernel prints the process name, which any local user picks.
+    log = tmp_path / "kern.log"
+    log.write_text(f"Okt 22 15:35:31 host kernel: {KILL.replace('(python3)', f'({name})')}\n")
+    outs = {f: tmp_path / f"r.{f}" for f in ("terminal", "markdown", "json", "sarif")}
+    argv = ["analyze", str(log), "--year", "2025", "--color", "never"]
+    for f, o in outs.items():
+        argv += ["-f", f, "-o", str(o)]
+    code, _, err = run(capsys, *argv)
+    assert code in (0, 1)
+    texts = {f: o.read_text() for f, o in outs.items()}
+    for f, text in texts.items():
+        for bad in ("\x1b", "\x07", "\x9b", "\\u001b", "\\u0007", "\\u009b"):
+            assert bad not in text, (f, bad)
+    data = json.loads(texts["json"])
+    assert "killed xy" in data["verdict"]["why"]
+    assert "\x1b" not in err
+
+
+def test_a_refusal_quoting_a_log_line_is_redacted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    scrape = tmp_path / "metrics.prom"
+    scrape.write_text(
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0"} 3\n'
+        '{"prompt": "my secret plan", "api_key": "sk-proj-abcdef1234567890"}\n'
+    )
+    code, _, err = run(capsys, "analyze", str(scrape))
+    assert code == 2
+    assert "not valid Prometheus text exposition" in err
+    assert "secret plan" not in err and "abcdef1234567890" not in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["analyze", "--jobs", "x", "a.log"], "Invalid value for '--jobs' / '-j': 'x'"),
+        (["analyze", "--bogus", "a.log"], "No such option: --bogus"),
+        # files are optional to click since --prometheus can stand alone: ours says it
+        (["analyze"], "Invalid value for 'FILES...': pass one or more logs, - for stdin"),
+        (["compare", "a.log"], "Missing argument"),
+        (["budget", "--headroom", "much"], "Invalid value for '--headroom'"),
+    ],
+)
+def test_click_usage_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("preemptdiag: error: ") and message in lines[0]
+    assert lines[0].endswith(f"(see preemptdiag {argv[0]} --help)")
+
+
+@pytest.mark.parametrize(
+    "argv", [["check", "-", "-"], ["check", "--", "-+-"], ["compare", "-", "-"]], ids=str
+)
+def test_check_and_compare_read_stdin_once(argv: list[str]) -> None:
+    p = _cli(argv, subprocess.PIPE)
+    assert p.returncode == 2
+    assert p.stderr == "preemptdiag: error: stdin (-) can be read only once; pass it once\n"
+
+
+def test_ctrl_c_with_jobs_stops_at_once_with_one_line(tmp_path: Path) -> None:
+    # Every queued range used to be scanned first (18-28 s), and each worker printed
+    # a traceback of its own. Ranges forced onto a few MiB (the threshold is 64 MiB).
+    import signal
+    import time
+
+    from builders import bench_module
+
+    log = tmp_path / "dense.log"
+    with log.open("wb") as f:
+        bench_module("generate").generate_dense(f, 16 << 20, seed=1)
+    code = (
+        "import sys; import preemptdiag.scan.parallel as p; p.PARALLEL_MIN_BYTES = 1; "
+        "from preemptdiag.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "analyze", str(log), "--jobs", "2", "-f", "json",
+         "--max-events", "0"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(1.5)
+    assert proc.poll() is None, "finished before the interrupt: make the log bigger"
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == 130
+    assert err == "preemptdiag: interrupted\n"
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
+    assert left.stdout == ""  # no orphan workers
+
+
+def test_glued_records_without_record_marks_take_linear_time(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py: glued records with no vLLM level-and-stamp mark are one
+    # record to record_text, which looked for the next mark to the line's end and
+    # copied the whole line again for every match (a 10 MB input ran past 120 s).
+    import time
+
+    from preemptdiag.ingest.sources import open_source
+    from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher
+    from preemptdiag.scan.passes import scan_fast
+    from preemptdiag.scan.signatures import load
+
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has "
+        "a total capacity of 184.00 GiB of which 2.21 GiB is free. "
+    )
+    log = tmp_path / "glued.log"
+    log.write_text(oom * 3000 + "\n")
+    t0 = time.monotonic()
+    result = scan_fast(open_source(str(log)), Matcher(load()))
+    assert time.monotonic() - t0 < 15  # ~1 s
+    assert len(result.hits) == 3000
+    assert all(len(h.text) <= MAX_EVIDENCE_CHARS + 2 for h in result.hits)

@@ -343,3 +343,32 @@ def test_budget_unit_adds_deltas_and_names_its_source() -> None:
     assert first_over([6, 5], 10) == 1
     assert first_over([11, 0], 10) == 0
     assert first_over([5, 5], 10) is None
+
+
+# --- found by bench/fuzz.py: ranges cut where no record starts --------------------------
+
+_V1_STATS = (
+    "INFO 07-28 06:40:{s:02d} [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 "
+    "tokens/s, Avg generation throughput: 239.2 tokens/s, Running: 8 reqs, Waiting: {w} "
+    "reqs, GPU KV cache usage: 91.2%, Prefix cache hit rate: 0.0%"
+)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_ranges_cut_inside_a_wrapped_run_match_a_single_pass(tmp_path: Path, width: int) -> None:
+    # Stats records glued on one line (no newlines), then hard-wrapped by a terminal:
+    # no piece opens a record, so a range must start inside a wrapped record. Its
+    # worker once rejoined pieces a record above the cut had rejoined already, and a
+    # rejoin's read past a range end skipped 64 KiB instead of one line.
+    glued = "".join(_V1_STATS.format(s=s % 60, w=s) for s in range(300))
+    pieces = [glued[i : i + width] for i in range(0, len(glued), width)]
+    path = tmp_path / "wrapped.log"
+    path.write_text("\n".join(pieces) + "\n")
+    src = open_source(str(path))
+    whole = scan_fast(src, MATCHER)
+    ranges = parallel.split_ranges(path, 8)
+    assert len(ranges) == 8
+    merged = parallel.merge(src.name, [scan_fast(src, MATCHER, byte_range=r) for r in ranges])
+    assert len(whole.hits) >= 50
+    assert merged.hits == whole.hits
+    assert merged.skipped == whole.skipped

@@ -330,9 +330,10 @@ def test_malformed_exposition_names_file_and_line() -> None:
     )
     with pytest.raises(DiagError) as err:
         parse_scrapes(text, "t1.prom", None)
+    # The line is named, never quoted (it may be a piece of a multi-line prompt).
     assert err.value.message == (
-        "t1.prom:5: not valid Prometheus text exposition: "
-        "'vllm:num_requests_waiting{engine=\"0} 1.0'"
+        "t1.prom:5: not valid Prometheus text exposition "
+        "(a sample line is `name{labels} value [timestamp]`)"
     )
     assert "\n" not in err.value.message
 
@@ -398,3 +399,20 @@ WARNING 09-11 17:21:29 scheduler.py:1560] Sequence group cmpl-71c6-0 is preempte
 )
 def test_looks_like_prometheus(head: bytes, expected: bool) -> None:
     assert looks_like_prometheus(head) is expected
+
+
+@pytest.mark.parametrize(
+    "marker", ["# scraped_at: 9999-12-31 23:59:59.404Z", "# scraped_at: 253402300799000"]
+)
+def test_a_scrape_time_no_window_can_end_after_is_one_line(marker: str) -> None:
+    # Found by bench/fuzz.py: year 9999 was read, and the window's end then
+    # overflowed datetime (an internal error).
+    text = f"{marker}\n# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total 1\n"
+    with pytest.raises(DiagError, match=r"t\.prom:1: cannot read scrape timestamp"):
+        parse_scrapes(text, "t.prom", None)
+
+
+def test_a_sample_timestamp_past_any_real_time_is_no_time() -> None:
+    text = "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total 1 99999999999999999\n"
+    (scrape,) = parse_scrapes(text, "t.prom", None)
+    assert scrape.ts is None

@@ -309,3 +309,12 @@ def test_more_secret_and_request_text_shapes(line: str, want: str) -> None:
 )
 def test_log_shapes_that_only_look_like_secrets_are_kept(line: str) -> None:
     assert redact(line) == line
+
+
+def test_a_secret_glued_to_a_request_key_takes_neither_with_it() -> None:
+    # Found by bench/fuzz.py: `token=…` took the glued key's first word as its value
+    # ("…SecretPrompt"), and the prompt after it no longer looked like one.
+    line = "#queue-req: 5, token=Zqx7Secret9Prompt after formatting:my private plan KV cache"
+    out = redact(line)
+    assert "Zqx7Secret9" not in out and "private plan" not in out
+    assert redact(out) == out

@@ -294,3 +294,71 @@ def test_rollup_members_are_real_lines(tmp_path: Path) -> None:
             assert m.text in text[m.line - 1]
             assert m.ts is not None and e.ts is not None
             assert timedelta(0) <= m.ts - e.ts < timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.5])
+def test_glued_sglang_lines_roll_up_as_line_by_line(tmp_path: Path, share: float) -> None:
+    # Issue 15: records glued on one physical line (no newline between them: a lost
+    # flush, a paste) once gave a rollup another waiting_last than line by line.
+    rng = random.Random(15)
+    out = []
+    for line in (ROOT / "samples/sglang_thrash.log").read_text().splitlines():
+        out.append(line + ("\n" if rng.random() < share else ""))
+    path = tmp_path / "glued.log"
+    path.write_text("".join(out) + "\n")
+    rolled = _assert_same_report([path])
+    assert any(e.rollup for e in rolled.events)
+
+
+@pytest.mark.parametrize("bad", ["60", "99"])
+def test_a_leap_second_among_a_minutes_stats_is_no_rollup_member(tmp_path: Path, bad: str) -> None:
+    # Found by bench/fuzz.py: a `:60` stamp joined its minute's rollup, whose members'
+    # times are the carrier's with their own seconds: datetime refused second=60
+    # (an internal error). Events take such a stamp for none; so does the rollup.
+    line = (
+        "INFO 06-16 17:21:{s} [metrics.py:1] Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: "
+        "{w} reqs, GPU KV cache usage: 50.0%, CPU KV cache usage: 0.0%."
+    )
+    secs = ["00", "10", bad, "20", "30"]
+    path = tmp_path / "leap.log"
+    path.write_text("".join(line.format(s=s, w=i) + "\n" for i, s in enumerate(secs)))
+    rolled = _assert_same_report([path])
+    assert sum(e.lines for e in rolled.events) == 5
+
+
+def test_unstamped_lines_after_a_glued_line_crossing_a_minute(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (issue 15's waiting_last 54 vs 52): a glued line's records
+    # cross into the next minute, so it carries two rollups with the same last line;
+    # the unstamped stats lines below took the first rollup's time, not the second's.
+    rec = (
+        "INFO 11-04 16:{m:02d}:{s:02d} [loggers.py:1] Engine 000: Avg prompt throughput: "
+        "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: "
+        "{w} reqs, GPU KV cache usage: {kv}.0%, Prefix cache hit rate: 0.0%"
+    )
+    glued = "".join(
+        rec.format(m=(33 + 5 * i) // 60 + 3, s=(33 + 5 * i) % 60, w=i, kv=40 + i) for i in range(8)
+    )
+    bare = rec.split("] ", 1)[1]
+    lines = [glued] + [bare.format(w=50 + i, kv=90 + i) for i in range(3)]
+    path = tmp_path / "glued_minutes.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert sum(1 for e in rolled.events if e.rollup) == 2
+
+
+def test_an_unstamped_record_glued_after_a_rollups_members(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py: a record whose stamp cannot be a time, glued after a
+    # minute's records on their line, took the rollup carrier's (first) time, not its
+    # last member's as line by line: waiting_last 37 against 0.
+    rec = (
+        "INFO {stamp} [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: {w} reqs, GPU KV "
+        "cache usage: 50.0%, Prefix cache hit rate: 0.0%"
+    )
+    stamped = [rec.format(stamp=f"07-15 14:01:{s:02d}", w=30 + s) for s in (4, 14, 24, 34)]
+    glued = "".join([*stamped, rec.format(stamp="99-99 99:99:99", w=0)])
+    path = tmp_path / "glued_bad_stamp.log"
+    path.write_text(rec.format(stamp="07-15 14:00:54", w=1) + "\n" + glued + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert rolled.report.windows[-1].waiting_last == 0

@@ -47,6 +47,7 @@ from preemptdiag.model.records import (
     Window,
 )
 from preemptdiag.render.redact import Redactor
+from preemptdiag.render.sanitise import sanitised
 from preemptdiag.scan.limits import too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import plan, scan_parallel
@@ -233,11 +234,17 @@ def judge(
     return Judgement(v, windows, lever, info, vis, events)
 
 
+def stdin_once(names: Sequence[str]) -> None:
+    """Refuse `-` named more than once in one command: stdin can be read only once,
+    and a second read would judge an empty input."""
+    if sum(1 for n in names if n == "-") > 1:
+        raise DiagError("stdin (-) can be read only once; pass it once")
+
+
 def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
     if not opts.files and opts.prometheus is None:
         raise DiagError("no input files (pass one or more logs, or - for stdin)")
-    if opts.files.count("-") > 1:
-        raise DiagError("stdin (-) can be read only once; pass it once")
+    stdin_once(opts.files)
     sigs = load(opts.signatures_dir)
     sources = [open_source(f) for f in opts.files]
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
@@ -309,28 +316,35 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
             files=(*stats.files, store[0]),
             recognised={**stats.recognised, "prometheus replicas": store[1]},
         )
-    report = Report(
-        verdict=v,
-        lever=lever,
-        windows=tuple(windows),
-        engine=info,
-        stats=stats,
-        thresholds=opts.thresholds.as_dict(),
-        window_seconds=opts.window_seconds,
-        notes=tuple(notes),
-        tool_version=__version__,
-        replicas=replica_facts(
-            unfiltered,
-            {
-                **{p.name: "scrape stamps or file time" for p in proms},
-                **{
-                    e.source: "the store's sample times"
-                    for e in unfiltered
-                    if store and e.engine == "prometheus"
+    # Every string a log put in the report is cleaned of terminal control once, here,
+    # so all formats (and check's and compare's lines) show the same safe text.
+    report = sanitised(
+        Report(
+            verdict=v,
+            lever=lever,
+            windows=tuple(windows),
+            engine=info,
+            stats=stats,
+            thresholds=opts.thresholds.as_dict(),
+            window_seconds=opts.window_seconds,
+            notes=tuple(notes),
+            tool_version=__version__,
+            replicas=replica_facts(
+                unfiltered,
+                {
+                    **{p.name: "scrape stamps or file time" for p in proms},
+                    **{
+                        e.source: "the store's sample times"
+                        for e in unfiltered
+                        if store and e.engine == "prometheus"
+                    },
+                    **{
+                        src.name: how_dated(r, opts.time)
+                        for r, src in zip(results, logs, strict=True)
+                    },
                 },
-                **{src.name: how_dated(r, opts.time) for r, src in zip(results, logs, strict=True)},
-            },
-        ),
+            ),
+        )
     )
     return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from preemptdiag.commands.analyze import Options, Outcome, run_analysis
+from preemptdiag.commands.analyze import Options, Outcome, run_analysis, stdin_once
 from preemptdiag.ingest.rotation import rotation_base
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import SYSTEM_ENGINES
@@ -120,6 +120,7 @@ def run_check(args: Sequence[str], opts: Options, emit: Callable[[str], None]) -
     files = expand(args)
     if not files:
         raise DiagError("no input files (pass logs, folders, or a+b groups)")
+    stdin_once([part for f in files for part in (f.split("+") if "+" in f else [f])])
 
     def analyze(names: tuple[str, ...]) -> Outcome:
         return run_analysis(replace(opts, files=names))

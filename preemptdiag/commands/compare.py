@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from preemptdiag.commands.analyze import Options, Outcome, run_analysis
+from preemptdiag.commands.analyze import Options, Outcome, run_analysis, stdin_once
 from preemptdiag.model.records import Change, Comparison, Event, Kind, Side
 from preemptdiag.scan.rollup import AGG_FIELDS, number
 from preemptdiag.timeline.knobs import read_facts
@@ -134,6 +134,7 @@ def _tok(v: float | None) -> str:
 
 
 def compare(before: Sequence[str], after: Sequence[str], opts: Options) -> Comparison:
+    stdin_once([*before, *after])
     ob = run_analysis(replace(opts, files=tuple(before)))
     oa = run_analysis(replace(opts, files=tuple(after)))
     b, a = summarize(ob, before), summarize(oa, after)

@@ -76,7 +76,12 @@ def _zstd_module() -> Any:
 
 
 def _zstd() -> Decompressor:
-    d: Decompressor = _zstd_module().ZstdDecompressor()
+    # `zstd --long=31` (and levels --ultra -22) write frames whose window is past
+    # the default decoding limit of 128 MiB: allow what the format allows (2 GiB),
+    # as `zstd -d --long=31` must be told to. Memory is the window actually used.
+    zstd = _zstd_module()
+    param = zstd.DecompressionParameter.window_log_max
+    d: Decompressor = zstd.ZstdDecompressor(options={param: param.bounds()[1]})
     return d
 
 
@@ -136,6 +141,11 @@ class DecompressedStream(io.RawIOBase):
 
     _CHUNK = 256 << 10  # compressed bytes read at a time
     _OUT = 1 << 20  # the most one decompress call may produce
+    # A call that meets damage raises, and its output is lost with it; so the
+    # compressed bytes of the current member are kept (up to this many) to decode it
+    # again up to the damage itself (_salvage), as `gzip -dc` writes all it decoded.
+    _REPLAY_MAX = 8 << 20
+    _PIECE = 4096  # compressed bytes a replay feeds at a time, before going bytewise
 
     def __init__(self, codec: Codec, raw: BinaryIO) -> None:
         self._codec = codec
@@ -145,7 +155,11 @@ class DecompressedStream(io.RawIOBase):
         self._buf = b""
         self._pos = 0
         self._done = False
+        # compressed bytes fed to self._d (None: too many to keep)
+        self._member: bytearray | None = bytearray()
+        self._member_out = 0  # bytes self._d has produced
         self.truncated = False
+        self.damaged = False  # damage, not just an early end (also sets truncated)
         self.raw_read = 0  # compressed bytes taken from `raw` (progress is counted in them)
 
     def readable(self) -> bool:
@@ -164,6 +178,7 @@ class DecompressedStream(io.RawIOBase):
                     self._done = True
                     return
                 self._d = d = self._codec.new()  # the next member, stream or frame
+                self._member, self._member_out = bytearray(), 0
             elif d.needs_input:
                 data = self._read_raw()
                 if not data:
@@ -171,11 +186,54 @@ class DecompressedStream(io.RawIOBase):
                     return
             else:
                 data = b""
+            if data and self._member is not None:
+                self._member += data
+                if len(self._member) > self._REPLAY_MAX:
+                    self._member = None
             try:
                 self._buf, self._pos = d.decompress(data, self._OUT), 0
             except self._errors:
-                self._done = self.truncated = True
+                self._buf, self._pos = self._salvage(), 0
+                self._done = self.truncated = self.damaged = True
                 return
+            self._member_out += len(self._buf)
+
+    def _salvage(self) -> bytes:
+        """What the failing call decoded before the damage: the member decoded again
+        from its start, in small pieces and then byte by byte, up to the error;
+        the output already handed out is skipped."""
+        member = self._member
+        if member is None:
+            return b""
+        n = len(member)
+        pieces = [(i, min(i + self._PIECE, n)) for i in range(0, n, self._PIECE)]
+        fed, out = self._replay(member, pieces)
+        if fed == len(pieces):
+            return out
+        lo, hi = pieces[fed]
+        _, out = self._replay(member, pieces[:fed], [(i, i + 1) for i in range(lo, hi)])
+        return out
+
+    def _replay(self, member: bytearray, *spans: list[tuple[int, int]]) -> tuple[int, bytes]:
+        """Feed `member`'s spans (in order) to a new decompressor until one fails:
+        (spans fed whole, the output past what was handed out already, at most
+        _OUT bytes)."""
+        d = self._codec.new()
+        skip, out = self._member_out, bytearray()
+        fed = 0
+        try:
+            for lo, hi in (span for group in spans for span in group):
+                chunk = d.decompress(bytes(member[lo:hi]))
+                while not d.needs_input and not d.eof:
+                    chunk += d.decompress(b"", self._OUT)
+                if skip:
+                    cut = min(skip, len(chunk))
+                    chunk, skip = chunk[cut:], skip - cut
+                out += chunk[: self._OUT - len(out)]
+                fed += 1
+        except self._errors:
+            pass
+        return fed, bytes(out)
 
     def _read_raw(self) -> bytes:
         data = self._raw.read(self._CHUNK)

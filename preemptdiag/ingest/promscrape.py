@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from preemptdiag.model.errors import DiagError
+from preemptdiag.model.timeparse import in_range
 
 
 def _families(text: str) -> Iterable[Any]:
@@ -174,10 +175,9 @@ def parse_scrapes(text: str, source: str, default_ts: datetime | None) -> list[S
         where = _sample_lines(block, first_line)
         for gi, group in enumerate(_split_repeats(samples)):
             stamps = [s.ts for s in group if s.ts is not None]
-            if stamps:
-                ts: datetime | None = datetime.fromtimestamp(max(stamps), tz=UTC)
-            else:
-                ts = marker_ts or default_ts
+            # A sample's own timestamp (ms) past any real time reads as none.
+            ts: datetime | None = _from_epoch(max(stamps)) if stamps else None
+            ts = ts or marker_ts or default_ts
             scrape = _reduce(group, source, ts)
             lines = {
                 key: where[name][min(gi, len(where[name]) - 1)]
@@ -251,6 +251,13 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
 # -- internals ---------------------------------------------------------------------
 
 
+def _from_epoch(secs: float) -> datetime | None:
+    try:
+        return in_range(datetime.fromtimestamp(secs, tz=UTC))
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def _marker_text(line: str) -> str | None:
     m = _TS_COMMENT.fullmatch(line) or _TS_BARE.fullmatch(line)
     return m.group("ts") if m else None
@@ -271,12 +278,15 @@ def _parse_marker(text: str, source: str, lineno: int) -> datetime:
                 # and returns a naive time, which would silently shift the scrape.
                 warnings.simplefilter("error")
                 dt = dateutil_parser.parse(text)
-    except (ValueError, OverflowError, Warning):
+        dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+        if in_range(dt) is None:  # year 9999: a window's end would overflow
+            raise ValueError(text)
+    except (ValueError, OverflowError, OSError, Warning):
         raise DiagError(
             f"{source}:{lineno}: cannot read scrape timestamp {text[:60]!r}; "
             "use ISO-8601 (2025-08-19T18:34:30Z) or `date -u`"
         ) from None
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    return dt
 
 
 def _blocks(text: str, source: str) -> list[tuple[int, datetime | None, str]]:
@@ -305,9 +315,11 @@ def _parse_block(block: str, source: str, first_line: int) -> list[_Sample]:
     except Exception:  # the library raises bare ValueError/IndexError on bad text
         lines = block.splitlines()
         bad = _first_bad_line(lines)
+        # The line is named, not quoted: it may be a piece of a multi-line prompt
+        # that no redactor can tell from the line alone.
         raise DiagError(
-            f"{source}:{first_line + bad - 1}: not valid Prometheus text exposition: "
-            f"{lines[bad - 1].strip()[:80]!r}"
+            f"{source}:{first_line + bad - 1}: not valid Prometheus text exposition "
+            "(a sample line is `name{labels} value [timestamp]`)"
         ) from None
     out: list[_Sample] = []
     for fam in families:

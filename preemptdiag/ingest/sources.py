@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -188,6 +189,11 @@ def was_truncated(f: object) -> bool:
     return any(getattr(layer, "truncated", False) for layer in _layers(f))
 
 
+def was_damaged(f: object) -> bool:
+    """True when that stream met damage (a bad block, a CRC mismatch), not an end."""
+    return any(getattr(layer, "damaged", False) for layer in _layers(f))
+
+
 def compressed_bytes(f: object) -> Callable[[], int] | None:
     """For a compressed input, how many of its on-disk bytes were read so far (what
     a progress bar over the file's size must count); None for plain input."""
@@ -198,17 +204,31 @@ def compressed_bytes(f: object) -> Callable[[], int] | None:
     return None
 
 
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
 class _CRToLF(io.RawIOBase):
-    """Length-preserving \r -> \n translation, so byte offsets stay valid."""
+    """Length-preserving translation of a lone \r to \n, so byte offsets stay valid.
+    A \r\n stays one line end: a log that starts with old-Mac line ends and goes on
+    with CRLF ones (a file appended to from another machine) is numbered as
+    universal newlines number it, not with a blank line after every CRLF line."""
 
     def __init__(self, inner: BinaryIO) -> None:
         self._inner = inner
+        self._carry = b""  # a byte read ahead to judge a \r at a chunk's end
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self._inner.read(len(b)).replace(b"\r", b"\n")
+        data = self._carry + self._inner.read(max(len(b) - len(self._carry), 0))
+        self._carry = b""
+        if data.endswith(b"\r"):
+            self._carry = self._inner.read(1)
+            end = b"\r" if self._carry == b"\n" else b"\n"
+            data = _LONE_CR.sub(b"\n", data[:-1]) + end
+        else:
+            data = _LONE_CR.sub(b"\n", data)
         n = len(data)
         b[:n] = data
         return n

@@ -20,43 +20,23 @@ redacting twice changes nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 # The project's mypy config has no override for regex and types-regex is not a
 # test dependency yet; `unused-ignore` keeps this quiet once the stubs arrive.
 import regex  # type: ignore[import-untyped, unused-ignore]
 
+from preemptdiag.model import request_text
+
 _MARK = "[REDACTED:"
 _MAX_PASSES = 64  # a guard against a bug, not a limit real lines reach
 
-# A quoted Python repr / JSON string on one line, closed or cut off by truncation
-# (then it runs to the end of the line). Escapes are consumed in pairs so `\'`
-# does not close a single-quoted repr.
-_SQ = r"'(?!\[REDACTED:)(?:[^'\\\r\n]|\\[^\r\n])*+(?:'|\\?(?=[\r\n]|\Z))"
-_DQ = r'"(?!\[REDACTED:)(?:[^"\\\r\n]|\\[^\r\n])*+(?:"|\\?(?=[\r\n]|\Z))'
-_SQ_CLOSED = r"'(?:[^'\\\r\n]|\\[^\r\n])*+'"
-_DQ_CLOSED = r'"(?:[^"\\\r\n]|\\[^\r\n])*+"'
-
 # Each alternative is (name, pattern). Inner groups are prefixed with the name so
-# the combined pattern has unique group names.
+# the combined pattern has unique group names. Request text first: its shapes are
+# the scanner's decoys too (model/request_text.py), one list for both.
 _ALTERNATIVES: tuple[tuple[str, str], ...] = (
-    # vLLM request log: `prompt: %r` (the repr picks " when the text holds a ').
-    ("prompt", rf"\bprompt:[ ](?P<prompt_v>{_SQ}|{_DQ})"),
-    ("ids", r"\bprompt_token_ids:[ ]?(?P<ids_v>\[(?!REDACTED:)[^\]\r\n]*+(?:\]|(?=[\r\n]|\Z)))"),
-    # JSON bodies and Python dict reprs: "prompt"/"messages"/"content"/"input".
-    (
-        "body",
-        # the key's quote must open a key (line start, space, `{`, `,`, `[`, `(`),
-        # not close a value just redacted
-        r"(?P<body_k>(?<![^\s{,\[(])[\"'](?:prompt|messages|content|inputs?|text)[\"']\s*+:\s*+)"
-        rf"(?P<body_v>{_SQ}|{_DQ}"
-        # a whole array, nested arrays and strings included (recursion) ...
-        r"|(?P<body_arr>\[(?!REDACTED:)(?:[^\[\]\"'\r\n]++"
-        rf"|{_DQ_CLOSED}|{_SQ_CLOSED}|(?&body_arr))*+\])"
-        # ... or, when it does not close on this line, the rest of the line
-        r"|\[(?!REDACTED:)[^\r\n]*+)",
-    ),
+    *((s.name, s.pattern) for s in request_text.SHAPES),
     (
         "auth",
         r"(?P<auth_k>(?<![A-Za-z0-9])(?i:(?:proxy-)?authorization)[\"']?\s*+[:=]\s*+[\"']?"
@@ -109,12 +89,6 @@ _ALTERNATIVES: tuple[tuple[str, str], ...] = (
         "tokeq",
         r"(?P<tokeq_k>(?<![A-Za-z0-9#_.-])(?i:token)=)(?P<tokeq_v>(?!\[REDACTED:)[^&\s\"',;]++)",
     ),
-    # request text in other reprs: prompt='…', text="…", prompt:'…', Request(prompt_text='…')
-    (
-        "reqtext",
-        r"(?P<reqtext_k>(?<![A-Za-z0-9_])(?:prompt|prompt_text|text|inputs)(?:=|:(?! )))"
-        rf"(?P<reqtext_v>{_SQ}|{_DQ})",
-    ),
     ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}+|github_pat_[A-Za-z0-9_]{22,}+)"),
     ("aws_key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
     ("google_key", r"\bAIza[A-Za-z0-9_\-]{35}"),
@@ -134,9 +108,6 @@ _NAMES = tuple(name for name, _ in _ALTERNATIVES)
 _PATTERNS = dict(_ALTERNATIVES)
 # Keys of "kv" that end in "token"; bare `token:` is SGLang's `#token: 56049`.
 _TOKEN_KEY = regex.compile(r"(?:access|auth|refresh|id|hf|hub)[_-]?token")
-_BODY_KEYS = tuple(
-    f"{k}{q}" for k in ("prompt", "messages", "content", "input", "inputs", "text") for q in "\"'"
-)
 _CLI_FLAGS = ("--api-key", "--hf-token", "--password")
 _GH_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
@@ -145,12 +116,14 @@ def _any_in(text: str, words: tuple[str, ...]) -> bool:
     return any(w in text for w in words)
 
 
+def _has_any(words: tuple[str, ...]) -> Callable[[str, str], bool]:
+    return lambda t, _: _any_in(t, words)
+
+
 # Necessary conditions, (text, lowercased text) -> bool, one per alternative: each is
 # implied by its pattern, so leaving the others out never changes the result.
 _TRIGGERS: dict[str, Callable[[str, str], bool]] = {
-    "prompt": lambda t, _: "prompt: " in t,
-    "ids": lambda t, _: "prompt_token_ids:" in t,
-    "body": lambda t, _: _any_in(t, _BODY_KEYS),
+    **{s.name: _has_any(s.triggers) for s in request_text.SHAPES},
     "auth": lambda _, low: "authorization" in low,
     "cli": lambda t, _: _any_in(t, _CLI_FLAGS),
     "kv": lambda _, low: (
@@ -167,9 +140,6 @@ _TRIGGERS: dict[str, Callable[[str, str], bool]] = {
     "sig": lambda _, low: "sig" in low and "=" in low,
     "cookie": lambda _, low: "cookie:" in low,
     "tokeq": lambda _, low: "token=" in low,
-    "reqtext": lambda t, _: _any_in(
-        t, ("prompt=", "prompt:'", 'prompt:"', "text=", "text:'", 'text:"', "inputs=")
-    ),
     "hf_token": lambda t, _: "hf_" in t,
     "github_token": lambda t, _: _any_in(t, _GH_PREFIXES),
     "aws_key": lambda t, _: "AKIA" in t or "ASIA" in t,
@@ -203,10 +173,10 @@ def _quoted_len(v: str) -> int:
 def _replace(m: regex.Match[str]) -> str:
     kind = next(n for n, v in m.groupdict().items() if n in _PATTERNS and v is not None)
     if kind == "prompt":
-        return f"prompt: {_MARK}prompt {_quoted_len(m['prompt_v'])} chars]"
+        return f"{m['prompt_k']}{_MARK}prompt {_quoted_len(m['prompt_v'])} chars]"
     if kind == "ids":
         n = len(regex.findall(r"\d+", m["ids_v"]))
-        return f"prompt_token_ids: {_MARK}{n} token ids]"
+        return f"{m['ids_k']}{_MARK}{n} token ids]"
     if kind == "body":
         key, val = m["body_k"], m["body_v"]
         what = regex.sub(r"[\"'\s:]", "", key)
@@ -234,6 +204,9 @@ def _replace(m: regex.Match[str]) -> str:
     if kind == "reqtext":
         v = m["reqtext_v"]
         return f"{m['reqtext_k']}{v[0]}{_MARK}prompt {_quoted_len(v)} chars]{v[0]}"
+    if kind == "rawprompt":
+        v = m["rawprompt_v"]
+        return f"{m['rawprompt_k']}{_MARK}prompt {len(v)} chars]" if v else m[0]
     return f"{_MARK}{kind}]"
 
 
@@ -244,8 +217,19 @@ def redact(text: str) -> str:
     # (`https://authorization=user:pw@`). Rescan until nothing changes: every
     # changing pass turns at least one character that is not a marker into a
     # marker, so this ends; in practice a second pass confirms and stops.
+    #
+    # Request text goes first, on its own: a secret's value glued to a request key
+    # (`token=abcPrompt after formatting: …`) would otherwise take the key's first
+    # word with it, and the prompt after it would no longer look like one.
+    return _settle(_settle(text, _REQUEST_NAMES), _NAMES)
+
+
+_REQUEST_NAMES = frozenset(request_text.NAMES)
+
+
+def _settle(text: str, allowed: Collection[str]) -> str:
     for _ in range(_MAX_PASSES):
-        names = _triggered(text)
+        names = tuple(n for n in _triggered(text) if n in allowed)
         if not names:
             return text
         out: str = _combined(names).sub(_replace, text)

@@ -6,6 +6,7 @@ here; the hot loop never calls it for the bulk of a log.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 
@@ -116,10 +117,59 @@ def normalise(raw: str) -> Line:
 
 def engine_ts_before(text: str, pos: int) -> str | None:
     """The last vLLM "MM-DD HH:MM:SS" timestamp at or before pos (glued records)."""
-    last = None
-    for m in ENGINE_TS.finditer(text, 0, pos + 1 if pos < len(text) else len(text)):
-        last = m
-    return f"{last.group('md')} {last.group('hms')}" if last else None
+    return Marks(text).engine_ts_before(pos)
+
+
+class Marks:
+    """Where one line's engine stamps, record starts and process tags are, each found
+    once and looked up by position. Records glued on one line (a thousand of them,
+    pasted without newlines) would otherwise be searched from the line's start again
+    for every match: quadratic in the line's length. A match ends at or before the
+    position asked for, as when the search stops there."""
+
+    __slots__ = ("_found", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._found: dict[str, tuple[list[int], list[regex.Match[str]]]] = {}
+
+    def _all(
+        self, name: str, pattern: regex.Pattern[str]
+    ) -> tuple[list[int], list[regex.Match[str]]]:
+        found = self._found.get(name)
+        if found is None:
+            ms = list(pattern.finditer(self.text))
+            found = self._found[name] = ([m.end() for m in ms], ms)
+        return found
+
+    def _last(self, name: str, pattern: regex.Pattern[str], bound: int) -> regex.Match[str] | None:
+        ends, ms = self._all(name, pattern)
+        i = bisect.bisect_right(ends, bound) - 1
+        return ms[i] if i >= 0 else None
+
+    def engine_ts_before(self, pos: int) -> str | None:
+        bound = pos + 1 if pos < len(self.text) else len(self.text)
+        last = self._last("ts", ENGINE_TS, bound)
+        return f"{last.group('md')} {last.group('hms')}" if last else None
+
+    def record_text(self, start: int, end: int, limit: int | None = None) -> str:
+        """The one record holding text[start:end] (see record_text); its first `limit`
+        characters only, when given (a line of glued records with no record marks is
+        one record: copying all of it for each match would be quadratic)."""
+        last = self._last("record", _RECORD_START, start + 1)
+        lo = last.start() if last else 0
+        _, ms = self._all("record", _RECORD_START)
+        i = bisect.bisect_left(ms, end, key=lambda m: m.start())  # the first at or after end
+        hi = ms[i].start() if i < len(ms) else len(self.text)
+        return self.text[lo : hi if limit is None else min(hi, lo + limit)]
+
+    def proc_before(self, pos: int) -> str | None:
+        last = self._last("proc", _PROC, max(pos, 0))
+        if last is None:
+            return None
+        name = last.group("name")
+        ip = last.group("ip")
+        return f"{name}@{ip}" if ip else name
 
 
 _RECORD_START = regex.compile(
@@ -151,23 +201,11 @@ def starts_record(line: str) -> bool:
 def record_text(text: str, start: int, end: int) -> str:
     """The one record holding text[start:end]: drops tqdm bars glued in front and
     further records glued behind (pastes without newlines)."""
-    lo = 0
-    for m in _RECORD_START.finditer(text, 0, start + 1):
-        lo = m.start()
-    nxt = _RECORD_START.search(text, end)
-    hi = nxt.start() if nxt else len(text)
-    return text[lo:hi]
+    return Marks(text).record_text(start, end)
 
 
 def proc_before(text: str, pos: int) -> str | None:
-    last = None
-    for m in _PROC.finditer(text, 0, max(pos, 0)):
-        last = m
-    if last is None:
-        return None
-    name = last.group("name")
-    ip = last.group("ip")
-    return f"{name}@{ip}" if ip else name
+    return Marks(text).proc_before(pos)
 
 
 def repeat_count(text: str) -> int:

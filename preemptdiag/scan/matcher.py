@@ -7,17 +7,18 @@ line and runs every regex on every line; tests hold the two to identical output.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from preemptdiag.model import request_text
 from preemptdiag.model.records import FieldValue, Hit, WrapperStamp
+from preemptdiag.model.request_text import Span
 from preemptdiag.scan.lines import (
     Line,
-    engine_ts_before,
+    Marks,
     normalise,
-    proc_before,
-    record_text,
     repeat_count,
     sglang_rank,
     starts_record,
@@ -28,8 +29,9 @@ from preemptdiag.scan.prefilter import (
     LineFinder,
 )
 from preemptdiag.scan.rollup import RollupSink
-from preemptdiag.scan.signatures import Signature
+from preemptdiag.scan.signatures import RegexTimeout, Signature, reset_user_budget
 from preemptdiag.scan.wrap import (
+    MAX_WRAP_LINES,
     NextLine,
     continuations,
     joined_below,
@@ -42,26 +44,20 @@ if HAVE_AHOCORASICK:
 # Longer lines are cut: a 50 MB single "line" is a paste accident, not one record.
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_CHARS = 600
+# No terminal is wider: longer lines of equal length are repeated records, not the
+# pieces of one line a terminal wrapped.
+_MAX_WRAP_WIDTH = 1024
 # {codec}: gzip, bzip2, xz or zstd (compression.py).
 TRUNCATED = "truncated {codec}: input ended early"
+DAMAGED = "damaged {codec} data: read up to the damage"
 DECOY = "decoy in request text"
 # skipped["unparsed: <signature id>"]: the signature's literal was there, its regex failed.
 UNPARSED = "unparsed: "
 # skipped["unreadable value: <signature id>"]: matched, but a field would not convert
 # (a number past 64 bits, a word where a user signature wants a number).
 UNREADABLE = "unreadable value: "
-
-# A match that starts after one of these markers sits inside a logged request:
-# user text quoting a signal line is a decoy, never evidence.
-_DECOY_MARKERS = (
-    "Received request",
-    "prompt: ",
-    "prompt_token_ids",
-    '"prompt"',
-    '"messages"',
-    '"content"',
-)
-_DECOY_BYTES = tuple(m.encode() for m in _DECOY_MARKERS)
+# skipped["regex timed out: <signature id>"]: a user pattern ran out of time there.
+TIMED_OUT = "regex timed out: "
 
 
 @dataclass
@@ -100,6 +96,7 @@ class Matcher:
     """Runs the signatures on one candidate line and turns matches into Hits."""
 
     def __init__(self, sigs: Sequence[Signature]) -> None:
+        reset_user_budget()  # one Matcher per run
         self.sigs = tuple(sorted(sigs, key=lambda s: -s.priority))
         lits: dict[str, None] = {}
         for s in self.sigs:
@@ -138,25 +135,15 @@ class Matcher:
             self._finder = LineFinder(self.literal_bytes)
         return self._finder
 
-    def candidates(self, raw: str, before: int | None = None) -> list[Signature]:
-        """Signatures with a literal in `raw` (starting before `before`, when given:
-        literals inside a logged request's text cannot start evidence)."""
+    def candidates(self, raw: str, decoys: Sequence[Span] = ()) -> list[Signature]:
+        """Signatures with a literal in `raw` outside the `decoys` (request text: a
+        literal inside a logged request's text cannot start evidence)."""
         if self._ac is None:
-            head = raw if before is None else raw[: before + self._longest]
-            return [
-                s
-                for s in self.sigs
-                if any(
-                    0 <= head.find(lit) < (before if before is not None else len(raw))
-                    for lit in s.prefilter
-                )
-            ]
-        # Only the head of the line can hold evidence: search just that part.
-        head = raw if before is None else raw[: before + self._longest]
+            return [s for s in self.sigs if any(_outside(raw, lit, decoys) for lit in s.prefilter)]
         found = {
             i
-            for i, start, _ in self._ac.find_matches_as_indexes(head, overlapping=True)
-            if before is None or start < before
+            for i, start, _ in self._ac.find_matches_as_indexes(raw, overlapping=True)
+            if not decoys or not request_text.inside(start, decoys)
         }
         if not found:
             return []
@@ -171,13 +158,14 @@ class Matcher:
         return done is not None and done[0] == source and done[1] < lineno <= done[2]
 
     def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
-        """True when a request marker opens the line before every literal in it.
+        """True when every literal in the line sits inside request text.
 
-        Decided on the raw bytes from the prefilter's `first` (the leftmost kept
-        literal; a longer literal it stands for starts at most `longest - 1` bytes
-        earlier), so a prompt line quoting signal text is skipped without decoding
-        it. `match` would reach the same verdict on the decoded line: no literal
-        starts before the marker, so no signature runs. False means "look closer".
+        A cheap test on the raw bytes first: a request-text key must start before
+        the prefilter's `first` (the leftmost kept literal; a longer literal it
+        stands for starts at most `longest - 1` bytes earlier). Only then is the
+        line decoded and its request text found, exactly as `match` does, so a
+        prompt line quoting signal text is skipped before any regex runs. False
+        means "look closer".
         """
         if end - start > MAX_LINE_BYTES:
             return False  # cut before decoding; the slow path decides
@@ -185,7 +173,11 @@ class Matcher:
         if hi < start:
             return False
         find = block.find
-        return any(find(m, start, hi + len(m)) != -1 for m in _DECOY_BYTES)
+        if not any(find(m, start, hi + len(m)) != -1 for m in request_text.TRIGGER_BYTES):
+            return False
+        raw = bytes(block[start:end]).decode("utf-8", errors="replace")
+        decoys = request_text.spans(raw)
+        return bool(decoys) and not self.candidates(raw, decoys)
 
     def match(
         self,
@@ -202,19 +194,31 @@ class Matcher:
         hard-wrapped record must be rejoined."""
         if self.rejoined_covers(source, lineno):
             return  # a piece of a wrapped record matched whole already
+        text = raw.rstrip("\r\n")
+        # A line below one whose request text was left open (a multi-line prompt, a
+        # wrapped one): its text up to where that request text ends is not a record.
+        prefix = None if starts_record(text) else _decoy_prefix(prev_raw, text)
+        if prefix:
+            if self.candidates(text[:prefix]):
+                result.skipped[DECOY] += 1
+            if prefix >= len(text):
+                return
+            # Blanked, not cut: offsets stay, and no pattern can match into it (a
+            # record glued after the closing quote is matched on its own).
+            text = " " * prefix + text[prefix:]
+            raw = text
         if sigs is None:
-            decoy = decoy_position(raw)
-            cands = self.candidates(raw, decoy)
+            decoys = request_text.spans(raw)
+            cands = self.candidates(raw, decoys)
             if not cands:
                 # Only candidate lines get here: their literals sit in request text.
-                if decoy is not None:
+                if decoys and not prefix:
                     result.skipped[DECOY] += 1
                 return
         else:
             cands = list(sigs)
         if not cands:
             return
-        text = raw.rstrip("\r\n")
         line = normalise(text)
         if self._emit_line(source, lineno, line.text, line, 0, cands, result):
             return
@@ -301,23 +305,35 @@ class Matcher:
         reach: int = 0,
     ) -> bool:
         found = False
+        # Kept spans, sorted by start; the longest bounds how far back one can
+        # overlap a new match (a scan of all of them per match is quadratic on a
+        # line of a thousand glued records).
         taken: list[tuple[int, int, Signature]] = []
-        decoy_at = decoy_position(text)
+        longest = 0
+        marks = Marks(text)
+        decoys = request_text.spans(text)
+        repeat = repeat_count(text) if "[repeated" in text else 1  # once, not per match
         for sig in cands:
-            for m in sig.finditer(text):
+            try:
+                found_here = sig.finditer(text)
+            except RegexTimeout as exc:
+                result.skipped[f"{TIMED_OUT}{exc.sig_id}"] += 1
+                found = True  # judged (as skipped); a rejoin must not run it again
+                continue
+            for m in found_here:
                 start, end = m.span()
                 if must_span and not (start < must_span < end):
                     continue
                 if reach and end <= reach:
                     continue
-                if decoy_at is not None and start > decoy_at:
+                if decoys and request_text.inside(start, decoys):
                     result.skipped[DECOY] += 1
+                    # Judged with the record's request text in view: a narrower
+                    # rejoin (this line and below only) must not judge it again.
+                    found = True
                     continue
                 # Two signatures on one span: the higher priority (sorted first) wins.
-                if any(
-                    start < e and s < end and o.id != sig.id and not _declared(sig, o)
-                    for s, e, o in taken
-                ):
+                if _overlaps_other(taken, longest, start, end, sig):
                     continue
                 try:
                     fields = sig.extract(m)
@@ -325,10 +341,13 @@ class Matcher:
                     result.skipped[f"{UNREADABLE}{sig.id}"] += 1
                     found = True  # recognised, and counted as skipped: not "unparsed"
                     continue
-                taken.append((start, end, sig))
+                bisect.insort(taken, (start, end, sig), key=lambda t: t[0])
+                longest = max(longest, end - start)
                 found = True
                 stamp = Stamps(ts_wrapper, ts_kind, rank, pod, uptime)
-                result.add(new_hit(source, lineno, sig, fields, text, start, end, stamp))
+                result.add(
+                    new_hit(source, lineno, sig, fields, text, start, end, stamp, marks, repeat)
+                )
                 result.recognised[sig.family] += 1
         return found
 
@@ -353,19 +372,27 @@ def new_hit(
     start: int,
     end: int,
     head: Stamps,
+    marks: Marks | None = None,
+    repeat: int | None = None,
 ) -> Hit:
-    """The hit of one match of `sig` at text[start:end]."""
+    """The hit of one match of `sig` at text[start:end]. `marks` and `repeat`, when the
+    caller has them for the line, save a rescan per match (a line of a thousand glued
+    records would be quadratic otherwise)."""
+    mk = marks if marks is not None else Marks(text)
+    if repeat is None:
+        repeat = repeat_count(text) if "[repeated" in text else 1
     return Hit(
         source=source,
         line=lineno,
         sig=sig.id,
         kind=sig.kind,
         fields=fields,
-        text=cut(record_text(text, start, end)),
+        # (one character past the cut: cut then cuts exactly as on all of it)
+        text=cut(mk.record_text(start, end, MAX_EVIDENCE_CHARS + 1)),
         ts_wrapper=ts_tag(head.ts_wrapper, head.ts_kind),
-        ts_engine=engine_ts_before(text, start),
-        proc=proc_before(text, start) or sglang_rank(head.rank),
-        repeat=repeat_count(text) if "[repeated" in text else 1,
+        ts_engine=mk.engine_ts_before(start),
+        proc=mk.proc_before(start) or sglang_rank(head.rank),
+        repeat=repeat,
         pod=head.pod,
         uptime=head.uptime,
         engine=sig.engine,
@@ -389,6 +416,20 @@ def cut(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     return text[: i if i > limit // 2 else limit] + " …"
 
 
+def _overlaps_other(
+    taken: list[tuple[int, int, Signature]], longest: int, start: int, end: int, sig: Signature
+) -> bool:
+    """Whether [start, end) overlaps a kept span of another signature that this one
+    does not declare: the higher priority (kept first) wins."""
+    i = bisect.bisect_left(taken, start - longest, key=lambda t: t[0])
+    while i < len(taken) and taken[i][0] < end:
+        _, e, other = taken[i]
+        if start < e and other.id != sig.id and not _declared(sig, other):
+            return True
+        i += 1
+    return False
+
+
 def _declared(a: Signature, b: Signature) -> bool:
     return b.id in a.overlaps or a.id in b.overlaps
 
@@ -401,12 +442,67 @@ def ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
 
 
 def decoy_position(text: str) -> int | None:
-    best: int | None = None
-    for marker in _DECOY_MARKERS:
-        i = text.find(marker)
-        if i != -1 and (best is None or i < best):
-            best = i
-    return best
+    """Where the first request text of `text` starts (model/request_text.py), or None."""
+    found = request_text.spans(text)
+    return found[0].start if found else None
+
+
+def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
+    """Whether `lit` occurs in `raw` somewhere outside the request-text `decoys`."""
+    i = raw.find(lit)
+    while i != -1:
+        if not request_text.inside(i, decoys):
+            return True
+        i = raw.find(lit, i + 1)
+    return False
+
+
+def _decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
+    """How much of this continuation line `text` is request text that the lines above
+    opened: up to where a quote left open closes (all of it if it does not), all of
+    it below a key that ends its line (`Prompt after formatting:`), or, when the
+    lines are pieces of one line a terminal wrapped, what the rejoined line's request
+    text covers. None: nothing carried. Looks up to the nearest line that opens a
+    record."""
+    if prev_raw is None:
+        return None
+    between: list[str] = []  # lines between the one above and this one, nearest first
+    for k in range(MAX_WRAP_LINES):
+        above = prev_raw(k)
+        if above is None:
+            return None
+        above = above.rstrip("\r\n")
+        if _wrapped(above, between, text):
+            joined = above + "".join(reversed(between)) + text
+            off = len(joined) - len(text)
+            for sp in request_text.spans(joined):
+                if sp.start < off < sp.end:
+                    return min(sp.end - off, len(text))
+        found = request_text.spans(above)
+        last = found[-1] if found and found[-1].end >= len(above) else None
+        if last is not None and last.open == "raw":
+            return len(text)
+        if last is not None and last.open is not None:
+            # a quote left open: closed on a line between, or here, or still open
+            if any(request_text.closing_quote(p, last.open) != -1 for p in between):
+                return None
+            close = request_text.closing_quote(text, last.open)
+            return len(text) if close == -1 else close + 1
+        if starts_record(above):
+            return None
+        between.append(above)
+    return None
+
+
+def _wrapped(first: str, between: Sequence[str], text: str) -> bool:
+    """Whether `first`, the lines `between` and `text` are pieces of one line a
+    terminal wrapped: every piece but the last as wide as the first."""
+    width = len(first)
+    return (
+        width <= _MAX_WRAP_WIDTH
+        and all(len(p) == width for p in between)
+        and 0 < len(text) <= width
+    )
 
 
 def decode_line(raw: Buffer, result: ScanResult) -> str:

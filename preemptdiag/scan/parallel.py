@@ -124,6 +124,53 @@ def _count_progress(n: int) -> None:
         counter.value += n
 
 
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group: a worker would die with a traceback
+    # of its own. The parent alone answers it (_stop_now, then one line from cli).
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mark_forked()
+
+
+def _wait_all(
+    futures: Sequence[Any],
+    counter: Any,
+    start_progress: Callable[[], ProgressFn | None] | None,
+    while_waiting: Callable[[], None] | None,
+) -> None:
+    """Wait for the workers, drawing progress; stop at the first failure."""
+    from concurrent.futures import FIRST_EXCEPTION, wait
+
+    # Only now, with the children forked: a progress bar runs a thread.
+    progress = start_progress() if start_progress is not None else None
+    if while_waiting is not None:
+        while_waiting()
+    reported = 0
+    pending = set(futures)
+    while pending:
+        _done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+        if progress is not None and counter.value > reported:
+            progress(counter.value - reported)
+            reported = counter.value
+        if any(f.exception() is not None for f in _done):
+            for f in pending:
+                f.cancel()  # tasks not started yet; running ones finish
+            break
+
+
+def _stop_now(pool: Any) -> None:
+    """Ctrl-C: drop the queued ranges and end the running ones now, instead of
+    waiting for every range to be scanned (leaving the `with`, or the interpreter's
+    exit, waits for all). The worker list is read first: shutdown forgets it."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+
+
 def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
     i, src, byte_range = args
     limit = _INHERITED["max_hits"]
@@ -203,29 +250,19 @@ def _run(
     held: SharedCounts,
     max_hits: int | None,
 ) -> dict[int, ScanResult]:
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     counter = _INHERITED["counter"]  # progress: bytes the workers scanned
     try:
         with ProcessPoolExecutor(
-            max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=mark_forked
+            max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_init
         ) as pool:
-            futures = [pool.submit(_scan_part, (i, sources[i], rng)) for i, rng in tasks]
-            # Only now, with the children forked: a progress bar runs a thread.
-            progress = start_progress() if start_progress is not None else None
-            if while_waiting is not None:
-                while_waiting()
-            reported = 0
-            pending = set(futures)
-            while pending:
-                _done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
-                if progress is not None and counter.value > reported:
-                    progress(counter.value - reported)
-                    reported = counter.value
-                if any(f.exception() is not None for f in _done):
-                    for f in pending:
-                        f.cancel()  # tasks not started yet; running ones finish
-                    break
+            try:
+                futures = [pool.submit(_scan_part, (i, sources[i], rng)) for i, rng in tasks]
+                _wait_all(futures, counter, start_progress, while_waiting)
+            except KeyboardInterrupt:
+                _stop_now(pool)
+                raise
             done = [(i, rng, f.result()) for (i, rng), f in zip(tasks, futures, strict=True)]
     except DiagError:
         if max_hits is not None:

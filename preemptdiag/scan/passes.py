@@ -9,12 +9,19 @@ from functools import partial
 from typing import BinaryIO
 
 from preemptdiag.ingest.snapshot import Snapshot, check, take
-from preemptdiag.ingest.sources import Source, compressed_bytes, open_binary, was_truncated
+from preemptdiag.ingest.sources import (
+    Source,
+    compressed_bytes,
+    open_binary,
+    was_damaged,
+    was_truncated,
+)
 from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
-from preemptdiag.scan.lines import normalise
+from preemptdiag.scan.lines import normalise, starts_record
 from preemptdiag.scan.matcher import (
+    DAMAGED,
     DECOY,
     MAX_LINE_BYTES,
     TRUNCATED,
@@ -24,8 +31,10 @@ from preemptdiag.scan.matcher import (
 )
 from preemptdiag.scan.prefilter import Buffer, iter_blocks, number_lines
 from preemptdiag.scan.rollup import RollupSink
+from preemptdiag.scan.signatures import found_in
 from preemptdiag.scan.wrap import (
     MAX_WRAP_LINES,
+    Decode,
     LinesAfter,
     NextLine,
     last_lines,
@@ -37,6 +46,12 @@ from preemptdiag.scan.wrap import (
 ProgressFn = Callable[[int], None]
 # skipped[NUL_BYTES]: NUL bytes (a crashed writer's padding), counted, never matched.
 NUL_BYTES = "NUL bytes (a crash's padding)"
+# How far above a --jobs range its lines above are looked for (MAX_WRAP_LINES of them).
+_LOOK_BACK_BYTES = 256 << 10
+# How far above a --jobs range _prime looks for a line no wrapped record continues
+# into (on a run of glued, wrapped records with none, it starts there anyway).
+_PRIME_MAX_BYTES = 4 << 20
+_PROBE_BYTES = 64 << 10
 
 
 def _no_line(k: int) -> None:
@@ -67,6 +82,10 @@ def _read_line(f: BinaryIO, counts: ScanResult) -> str | None:
         if i != -1:
             pieces.append(chunk[:i])
             size += i
+            # Back to just after the newline: the next call reads the next line
+            # (it read from 64 KiB on, so a record wrapped past a range end was
+            # rejoined from its first piece below the cut only).
+            f.seek(i + 1 - len(chunk), 1)
             break
         pieces.append(chunk)
         size += len(chunk)
@@ -140,6 +159,8 @@ def scan_fast(
             own.close()
     result = ScanResult(source=src.name)
     matcher.begin()
+    if byte_range is not None and byte_range[0] > 0 and first_line == 1:
+        _prime(src, matcher, byte_range[0], snap)
     if rollup:
         result.sink = RollupSink(result.hits)
     finder = matcher.finder()
@@ -156,6 +177,8 @@ def scan_fast(
     # from which like lines are tried in bulk again.
     seen = blocks = retry_at = 0
     with open_binary(src, snap) as f:
+        if byte_range is not None and byte_range[0] > 0:
+            above = _lines_before(f, byte_range[0], look)
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
         for block, size, _offset in iter_blocks(f, byte_range=byte_range):
@@ -212,14 +235,65 @@ def scan_fast(
             last: NextLine = _FileLines(f, scratch) if byte_range else _no_line
             for p in pending:
                 p.match(src.name, matcher, result, last)
-        if was_truncated(f):
-            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+        _note_early_end(f, src, result)
     if snap is not None:
         check(snap)
     result.close()
     if budget is not None:
         budget.spend(result.held)
     return result
+
+
+def _note_early_end(f: BinaryIO, src: Source, result: ScanResult) -> None:
+    """Count a compressed input that ended early, or met damage (everything before
+    the damage was read)."""
+    if was_truncated(f):
+        note = DAMAGED if was_damaged(f) else TRUNCATED
+        result.skipped[note.format(codec=src.codec)] += 1
+
+
+def _prime(src: Source, matcher: Matcher, start: int, snap: Snapshot | None) -> None:
+    """Leave `matcher` as a single pass leaves it at `start`: a wrapped record that a
+    line above the cut rejoined may cover the range's first lines, whose pieces must
+    then not match again. No rejoin crosses into a line that opens a record or is
+    empty, so the lines from the nearest such line above are scanned for that state
+    alone (their hits belong to the range before), numbered so the range's own
+    lines are 1, 2, ... A cut at such a line needs nothing. It reads the run's one
+    open of the file (`snap`), as the range does."""
+    with open_binary(src, snap) as f:
+        lo = max(0, start - _PRIME_MAX_BYTES)
+        f.seek(lo)
+        block = f.read(start - lo)
+        f.seek(start)
+        first = f.readline(_PROBE_BYTES).rstrip(b"\r\n")
+    if _resets(first):
+        return
+    lines = block.split(b"\n")[:-1]  # the range starts just after a newline
+    at = len(lines)
+    while at > (1 if lo > 0 else 0):  # a cut first line is not a whole line
+        at -= 1
+        if _resets(lines[at].rstrip(b"\r")):
+            break
+    begin = start - sum(len(ln) + 1 for ln in lines[at:])
+    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - (len(lines) - at), snap=snap)
+
+
+def _resets(line: bytes) -> bool:
+    """Whether no wrapped record continues into this line: it is empty or opens one."""
+    return not line or starts_record(line[:_PROBE_BYTES].decode("utf-8", errors="replace"))
+
+
+def _lines_before(f: BinaryIO, start: int, decode: Decode) -> list[str]:
+    """The lines just above a --jobs range, nearest first, as a single pass has them
+    in `above` there: a line of the range that continues a record or a prompt
+    opened above the cut is read as a single pass reads it."""
+    lo = max(0, start - _LOOK_BACK_BYTES)
+    f.seek(lo)
+    block = f.read(start - lo)
+    lines = block.split(b"\n")[:-1]  # the range starts just after a newline
+    if lo > 0 and lines:
+        lines = lines[1:]  # cut in the middle: not a whole line
+    return [decode(b) for b in reversed(lines[-MAX_WRAP_LINES:])]
 
 
 def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
@@ -232,8 +306,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
     matcher.begin()
     with open_binary(src) as f:
         data = f.read()
-        if was_truncated(f):
-            result.skipped[TRUNCATED.format(codec=src.codec)] += 1
+        _note_early_end(f, src, result)
     if not data:
         return result
     if b"\x00" in data:
@@ -250,7 +323,7 @@ def scan_reference(src: Source, matcher: Matcher) -> ScanResult:
         if not cands:
             line = normalise(raw)
             for s in matcher.sigs:
-                if list(s.finditer(line.text)):
+                if found_in(s, line.text):
                     result.skipped["prefilter miss"] += 1
             continue
         after = LinesAfter(decoded[i + 1 : i + 1 + MAX_WRAP_LINES])

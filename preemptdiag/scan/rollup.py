@@ -104,7 +104,10 @@ def _stamp(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
         if m is None or engine.startswith("02-29"):
             return clock, None, None
         try:
-            datetime(2001, int(engine[:2]), int(engine[3:5]))
+            # a day and a time of day that exist: a leap second (`:60`) or `25:61`
+            # is no stamp to events, so none to a rollup either
+            hh, mm, ss = (int(x) for x in engine[6:].split(":"))
+            datetime(2001, int(engine[:2]), int(engine[3:5]), hh, mm, ss)
         except ValueError:
             return clock, None, None
         return clock, m["minute"], m["sec"]

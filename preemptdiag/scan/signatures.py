@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re as _re
+import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,23 @@ if TYPE_CHECKING:
     from regex._main import Match
 
 # Per-pattern time limit for user signatures: a slow pattern must not hang a 3 a.m. run.
-USER_REGEX_TIMEOUT_S = 0.25
+USER_REGEX_TIMEOUT_S = 0.25  # one user pattern on one line
+USER_REGEX_BUDGET_S = 10.0  # all user patterns together, per run (reset_user_budget)
+_USER_REGEX_SPENT = [0.0]
+
+
+class RegexTimeout(Exception):
+    """A user signature's pattern ran out of time on a line (or the run's budget)."""
+
+    def __init__(self, sig_id: str) -> None:
+        super().__init__(sig_id)
+        self.sig_id = sig_id
+
+
+def reset_user_budget() -> None:
+    """A new run: user patterns get the whole USER_REGEX_BUDGET_S again."""
+    _USER_REGEX_SPENT[0] = 0.0
+
 
 _SIZE_UNITS = {
     "bytes": 1,
@@ -60,13 +77,39 @@ def _to_size(s: str) -> int:
     return v
 
 
+# Throughputs, GiB and ratios past this (or not finite: a 400-digit number reads as
+# inf) are damage too; so is a share past ten times the whole (KV usage, pressure).
+# Sums of such values lose their low digits, so windows would depend on the order
+# lines are added in (rollups, --jobs).
+_FLOAT_LIMIT = 1e15
+_PERCENT_LIMIT = 1000.0
+
+
+def _to_float(s: str) -> float:
+    v = float(s.replace(",", ""))
+    if not abs(v) < _FLOAT_LIMIT:  # also NaN
+        raise ValueError(f"number out of range: {s[:40]!r}")
+    return v
+
+
+def _to_percent(s: str) -> float:
+    v = float(s.rstrip("%"))
+    if not abs(v) <= _PERCENT_LIMIT:
+        raise ValueError(f"percentage out of range: {s[:40]!r}")
+    return v
+
+
+def _to_fraction_percent(s: str) -> float:
+    return round(_to_percent(str(float(s) * 100.0)), 4)
+
+
 CONVERTERS: dict[str, Callable[[str], FieldValue]] = {
     "str": str,
     "int": _to_int,
     "int_commas": _to_int,
-    "float": lambda s: float(s.replace(",", "")),
-    "percent": lambda s: float(s.rstrip("%")),
-    "fraction_percent": lambda s: round(float(s) * 100.0, 4),
+    "float": _to_float,
+    "percent": _to_percent,
+    "fraction_percent": _to_fraction_percent,
     "size": _to_size,
 }
 
@@ -117,12 +160,21 @@ class Signature:
         return _compiled(self.pattern)
 
     def finditer(self, text: str) -> Iterable[Match[str]]:
+        """Matches in `text`. A user pattern runs under a time bound per line and per
+        run (USER_REGEX_*): past either it raises RegexTimeout, which the scan counts
+        as a skipped line, so a pattern that backtracks cannot make a run unbounded."""
         if self.builtin:
             return self.regex.finditer(text)
+        left = USER_REGEX_BUDGET_S - _USER_REGEX_SPENT[0]
+        if left <= 0:
+            raise RegexTimeout(self.id)
+        t0 = time.perf_counter()
         try:
-            return list(self.regex.finditer(text, timeout=USER_REGEX_TIMEOUT_S))
+            return list(self.regex.finditer(text, timeout=min(USER_REGEX_TIMEOUT_S, left)))
         except TimeoutError:
-            return []
+            raise RegexTimeout(self.id) from None
+        finally:
+            _USER_REGEX_SPENT[0] += time.perf_counter() - t0
 
     def prefilter_hit(self, text: str) -> bool:
         return any(lit in text for lit in self.prefilter)
@@ -171,7 +223,7 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
     pattern = raw["pattern"]
     if not isinstance(pattern, str) or not pattern:
         raise _fail(path, sid, "'pattern' must be a non-empty string")
-    if _NESTED_QUANTIFIER.search(pattern):
+    if _NESTED_QUANTIFIER.search(pattern) or (not builtin and _repeats_a_choice(pattern)):
         raise _fail(
             path, sid, "pattern has a nested unbounded quantifier (catastrophic backtracking)"
         )
@@ -241,6 +293,63 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
     )
 
 
+def _repeats_a_choice(pattern: str) -> bool:
+    r"""Whether a group that repeats (`*`, `+`, `{n,}`, `{n,m}` with m > 1) holds a
+    quantifier or an alternation, at any depth: `((a+))+b`, `(?:a|aa)+$`,
+    `(\w+\s?)+$`, `(?:a{1,30}){1,30}b`. Such a group can split one run of text in
+    exponentially many ways, and a line that almost matches tries them all. Stricter
+    than needed (`(?:\d+\.)+` is safe), which a user signature can afford: write
+    the repetition out, or bound it."""
+    # Per open group: a quantifier or `|` inside it so far, and whether it is a
+    # look-around (zero-width: what it tries is not repeated by a quantifier outside).
+    stack: list[list[bool]] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a class: its contents are characters, not syntax
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            stack.append([False, pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i)])
+        elif c == ")" and stack:
+            inner, look = stack.pop()
+            rep = _QUANT.match(pattern, i + 1)
+            if rep is not None and inner and not look and _repeats(rep.group()):
+                return True
+            if stack and not look and (inner or rep is not None):
+                stack[-1][0] = True
+        elif (
+            (c == "|" and stack)
+            or (c in "*+{" and stack and _QUANT.match(pattern, i) is not None)
+            or (c == "?" and stack and pattern[i - 1] not in "(*+?}")  # not `(?:`, lazy
+        ):
+            stack[-1][0] = True
+        i += 1
+    return False
+
+
+_QUANT = _re.compile(r"[*+?]|\{\d*(?:,\d*)?\}")
+
+
+def _repeats(q: str) -> bool:
+    if q in "*+":
+        return True
+    if q == "?":
+        return False
+    lo, _, hi = q.strip("{}").partition(",")
+    return ("," in q and (hi == "" or int(hi) > 1)) or ("," not in q and int(lo or 0) > 1)
+
+
 def _group_names(path: Path, sid: str, pattern: str, builtin: bool) -> set[str]:
     # Built-in patterns are compiled (and their groups checked) by the test suite;
     # at run time they compile on first use. A user's pattern compiles now, so a
@@ -300,6 +409,14 @@ def load(user_dir: Path | None = None) -> tuple[Signature, ...]:
     return tuple(sigs.values())
 
 
+def found_in(sig: Signature, text: str) -> list[Match[str]] | None:
+    """`sig`'s matches in `text`; None when its pattern ran out of time there."""
+    try:
+        return list(sig.finditer(text))
+    except RegexTimeout:
+        return None
+
+
 def check_examples(sig: Signature) -> list[str]:
     """Problems with a signature's embedded examples (empty when all pass)."""
     problems: list[str] = []
@@ -307,7 +424,10 @@ def check_examples(sig: Signature) -> list[str]:
         if not sig.prefilter_hit(ex.line):
             problems.append(f"match example contains no prefilter literal: {ex.line[:80]!r}")
             continue
-        found = list(sig.finditer(ex.line))
+        found = found_in(sig, ex.line)
+        if found is None:
+            problems.append(f"pattern timed out on example: {ex.line[:80]!r}")
+            continue
         if not found:
             problems.append(f"match example does not match: {ex.line[:80]!r}")
             continue
@@ -320,7 +440,7 @@ def check_examples(sig: Signature) -> list[str]:
                     f"field {k!r}: expected {want!r}, got {got[k]!r} in {ex.line[:60]!r}"
                 )
     for line in sig.no_matches:
-        if list(sig.finditer(line)):
+        if found_in(sig, line) != []:
             problems.append(f"no_match example matches: {line[:80]!r}")
     return problems
 
@@ -334,7 +454,7 @@ def overlaps(sigs: Iterable[Signature]) -> list[tuple[str, str, str]]:
             for o in sigs:
                 if o.id == s.id or o.id in s.overlaps or s.id in o.overlaps:
                     continue
-                if o.prefilter_hit(ex.line) and list(o.finditer(ex.line)):
+                if o.prefilter_hit(ex.line) and found_in(o, ex.line):
                     out.append((s.id, o.id, ex.line))
     return out
 

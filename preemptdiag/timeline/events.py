@@ -202,12 +202,19 @@ def resolve_times(
     # unstamped line after it takes its time (the sink closed the rollup there); a
     # member glued on the carrier's own line (lost newline) comes after it too.
     member: tuple[int, datetime | None] = (0, None)
+    # The rollup that set `member` was the last stamped hit: an unstamped record
+    # glued after its members on their own line closed it (the sink closes every
+    # rollup at an unstamped hit), so it follows them and takes their time too.
+    member_last = False
     for h, t in out:
         if t is not None:
             last, last_line = t, h.line
-            if h.rollup and h.rollup.last.line > member[0]:
+            member_last = False
+            # (>=: a later rollup whose last line is the same glued line ends later)
+            if h.rollup and h.rollup.last.line >= member[0]:
                 member = (h.rollup.last.line, member_time(h.rollup.last, h, t))
-        elif last_line <= member[0] < h.line:
+                member_last = True
+        elif last_line <= member[0] < h.line or (member_last and member[0] == h.line):
             t = member[1]
         filled.append((h, t if t is not None else last))
     return filled

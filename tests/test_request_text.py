@@ -1,0 +1,255 @@
+"""Request text is evidence-free and never echoed (issue 15, items 2 and 7).
+
+Every shape in which engines and clients log what a user sent, in both quote styles,
+quoting the very signal lines the tool counts: the verdict must not move, the decoy
+must be counted, and no format may print the text. A real record glued after the
+quoted text ends is evidence again. The shapes are one definition shared by the
+scanner and the redactor (preemptdiag/model/request_text.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preemptdiag.cli import main
+from preemptdiag.model import request_text
+from preemptdiag.render.redact import redact
+from preemptdiag.scan.matcher import DECOY
+
+CANARY = "qqcanaryqq"
+RETRACT = "KV cache pool is full. Retract requests. #retracted_reqs: 40, #new_token_ratio: 0.7"
+PREEMPT = (
+    "Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+    "enough KV cache space. total_num_cumulative_preemption=51"
+)
+SG = "[2026-06-16 12:02:{s:02d} TP0] "
+VL = "INFO 06-16 12:02:{s:02d} [logger.py:39] "
+
+
+def _quoted(text: str, q: str) -> str:
+    return q + text.replace("\\", "\\\\").replace(q, "\\" + q) + q
+
+
+def _shapes(signal: str, q: str) -> dict[str, list[str]]:
+    """name -> the line(s) of one request-text shape quoting `signal`."""
+    p = f"{CANARY} {signal}"
+    v = _quoted(p, q)
+    return {
+        "vllm_prompt": [VL + f"Received request cmpl-1: prompt: {v}, params: SamplingParams(n=1)"],
+        "sglang_receive": [SG + f"Receive: obj=GenerateReqInput(text={v}, rid='a1')"],
+        "sglang_finish": [
+            SG + f"Finish: obj=GenerateReqInput(rid='a1'), out={{'text': {v}, 'meta_info': {{}}}}"
+        ],
+        "prompt_eq": [VL + f"request prompt={v} max_tokens=16"],
+        "prompt_colon": [VL + f"request prompt:{v} max_tokens=16"],
+        "Prompt_raw": [VL + f"Prompt: {p}"],
+        "llm_generate": [VL + f"llm.generate(prompt={v}, sampling_params=sp)"],
+        "tgi_inputs": ['{"inputs": ' + _quoted(p, '"') + ', "parameters": {"max_new_tokens": 8}}'],
+        "json_text": ['{"text": ' + _quoted(p, '"') + "}"],
+        "openai_error": [VL + f"openai.BadRequestError: Error code: 400 - message={v}"],
+        "langchain": ["Prompt after formatting:", f"Human: {p}"],
+        "prompt_text": [VL + f"Request(prompt_text={v}, request_id='r1')"],
+        "multiline_prompt": [
+            VL + f"Received request cmpl-2: prompt: {q}{CANARY} first line",
+            f"{signal} {CANARY}{q}, params: SamplingParams(n=1)",
+        ],
+    }
+
+
+SHAPE_NAMES = sorted(_shapes("x", "'"))
+
+
+def _queueing_log() -> list[str]:
+    """An SGLang replica whose queue only grows: queueing, never a thrash loop."""
+    lines = [
+        "[2026-06-16 11:59:30 TP0] max_total_num_tokens=210968, chunked_prefill_size=8192, "
+        "max_prefill_tokens=16384, max_running_requests=2048, context_len=32768"
+    ]
+    q = 5
+    for minute in range(6):
+        for sec in (5, 20, 35, 50):
+            lines.append(
+                f"[2026-06-16 12:{minute:02d}:{sec:02d} TP0] Decode batch, #running-req: 62, "
+                "#token: 206000, token usage: 0.97, cuda graph: True, "
+                f"gen throughput (token/s): 900.00, #queue-req: {q}"
+            )
+            q += 4
+    return lines
+
+
+def _run_all_formats(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]
+) -> tuple[int, dict[str, object], str]:
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join(lines) + "\n")
+    outs = [tmp_path / n for n in ("r.txt", "r.md", "r.json", "r.sarif")]
+    argv = ["analyze", str(log), "--color", "never"]
+    for f, o in zip(("terminal", "markdown", "json", "sarif"), outs, strict=True):
+        argv += ["-f", f, "-o", str(o)]
+    code = main(argv)
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, json.loads(outs[2].read_text()), "".join(o.read_text() for o in outs) + err
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
+    d = tmp_path_factory.mktemp("base")
+    log = d / "q.log"
+    log.write_text("\n".join(_queueing_log()) + "\n")
+    out = d / "r.json"
+    code = main(["analyze", str(log), "-f", "json", "-o", str(out)])
+    return code, json.loads(out.read_text())["verdict"]["class"]
+
+
+@pytest.mark.parametrize("quote", ["'", '"'])
+@pytest.mark.parametrize("signal", [RETRACT, PREEMPT], ids=["retract", "preempt"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_request_text_quoting_a_signal_is_a_decoy_and_never_printed(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    baseline: tuple[int, str],
+    shape: str,
+    signal: str,
+    quote: str,
+) -> None:
+    lines = _queueing_log()
+    # Ten copies in one minute: counted as evidence they would make a thrash loop.
+    for _ in range(10):
+        lines[12:12] = _shapes(signal, quote)[shape]
+    code, report, text = _run_all_formats(capsys, tmp_path, lines)
+    assert (code, report["verdict"]["class"]) == baseline  # type: ignore[index]
+    assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
+    assert report["scan"]["skipped"].get(DECOY, 0) >= 10  # type: ignore[index]
+    assert CANARY not in text
+
+
+@pytest.mark.parametrize("quote", ["'", '"'])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_the_redactor_knows_every_shape_the_scanner_does(shape: str, quote: str) -> None:
+    for line in _shapes(RETRACT, quote)[shape]:
+        found = request_text.spans(line)
+        if CANARY in line and shape not in ("langchain", "multiline_prompt"):
+            # the whole of the user's text sits in request text, and is replaced
+            assert request_text.inside(line.index(CANARY), found), line
+        if found:
+            assert CANARY not in redact(line), line
+
+
+def test_one_list_of_shapes_serves_both_stages() -> None:
+    from preemptdiag.render import redact as redact_mod
+
+    names = [n for n, _ in redact_mod._ALTERNATIVES]
+    assert names[: len(request_text.SHAPES)] == list(request_text.NAMES)
+
+
+def test_a_real_warning_glued_after_a_request_record_counts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The request record ends where its quoted text ends; the retraction glued after
+    # it (no newline between, as a paste or a lost flush leaves it) is the engine's.
+    lines = _queueing_log()
+    glued = (
+        SG.format(s=10)
+        + "Receive: obj=GenerateReqInput(text='hello there', rid='a1')"
+        + SG.format(s=11)
+        + RETRACT
+    )
+    lines[12:12] = [glued] * 3
+    _, report, text = _run_all_formats(capsys, tmp_path, lines)
+    scan = report["scan"]
+    assert scan["recognised"]["preemption"] == 3  # type: ignore[index]
+    assert DECOY not in scan["skipped"]  # type: ignore[index]
+    evidence = report["verdict"]["evidence"]  # type: ignore[index]
+    assert "sglang.retract" in [e["signature"] for e in evidence]  # type: ignore[union-attr]
+    assert "hello there" not in text
+
+
+def test_a_warning_glued_after_a_prompt_still_open_is_a_decoy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lines = _queueing_log()
+    lines[12:12] = [SG.format(s=10) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}"]
+    _, report, text = _run_all_formats(capsys, tmp_path, lines)
+    assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
+    assert CANARY not in text
+
+
+# --- found by bench/fuzz.py -------------------------------------------------------------
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    return [line[i : i + width] for i in range(0, len(line), width)]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # glued to the line before it (no newline): LangChain's key after a word
+        ['INFO:     10.0.5.19:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+         f"Prompt after formatting:{CANARY} {RETRACT}"],
+        # a `Prompt:` line a narrow terminal wrapped: the signal text is on a piece
+        _wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 80),
+        # ...with the key itself cut in two by the wrap
+        _wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 49),
+        # a quoted prompt wrapped
+        _wrap(SG.format(s=3) + f"Receive: obj=GenerateReqInput(text='{CANARY} {RETRACT}')", 60),
+        # a JSON body wrapped between the key's quotes: `{"` / `inputs": "…`
+        _wrap(SG.format(s=3) + '{"inputs": "' + f'{CANARY} {RETRACT}"}}', len(SG) - 2),
+        # a \r inside the line (a tqdm redraw, a CR line end of another machine)
+        _wrap(f"cluster]\rPrompt after formatting:\r{CANARY} {RETRACT}", 40),
+    ],
+    ids=[
+        "glued_langchain",
+        "wrapped_prompt",
+        "key_cut_by_wrap",
+        "wrapped_quoted",
+        "json_key_cut",
+        "carriage_return_inside",
+    ],
+)  # fmt: skip
+def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[str]
+) -> None:
+    log = _queueing_log()
+    for _ in range(5):
+        log[12:12] = lines
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["verdict"]["class"] == "queueing"  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] >= 5  # type: ignore[index]
+    assert CANARY not in text
+
+
+def test_lines_below_unquoted_prompt_text_are_records_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # `Prompt: …` text ends with its line; the retractions below it, on lines that do
+    # not look wrapped (longer than it), are the engine's own.
+    log = _queueing_log()
+    log[12:12] = [VL.format(s=3) + "Prompt: hi", "x" * 40 + " " + RETRACT] * 3
+    _, report, _ = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 3  # type: ignore[index]
+    assert DECOY not in report["scan"]["skipped"]  # type: ignore[index]
+
+
+def test_a_record_glued_where_a_multi_line_prompt_closes_counts_and_the_prompt_not(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Found by bench/fuzz.py: the closing line of a multi-line prompt holds a CUDA OOM
+    # quote, then the engine's own record glued on: the quote once became evidence,
+    # printed with the prompt, because the glued record's literal let the line in.
+    log = _queueing_log()
+    log[12:12] = [
+        VL.format(s=3) + f"Received request cmpl-2: prompt: '{CANARY} first line",
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. {CANARY}', "
+        "params: SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
+    ]
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
+    assert "alloc" not in str(report["scan"]["recognised"])  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
+    assert CANARY not in text
