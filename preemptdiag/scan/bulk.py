@@ -32,10 +32,19 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from preemptdiag.model.records import FieldValue
+from preemptdiag.model.records import FieldValue, Hit, Kind
 from preemptdiag.scan import lines as ln
 from preemptdiag.scan.lines import Line
-from preemptdiag.scan.matcher import Matcher, ScanResult, Stamps, decoy_position, new_hit
+from preemptdiag.scan.matcher import (
+    Matcher,
+    ScanResult,
+    Stamps,
+    cut,
+    decoy_position,
+    new_hit,
+    ts_tag,
+)
+from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
 from preemptdiag.scan.signatures import CONVERTERS, Signature
 
 if TYPE_CHECKING:
@@ -51,6 +60,15 @@ AFTER_LINES = 20_000
 RETRY_BLOCKS = 64  # blocks matched one by one after a block where bulk did not pay
 # Group names for the match's prefix and whole (no signature field is named so).
 _PRE, _ALL = "bulk_prefix_", "bulk_match_"
+# vLLM's head before a stats line, `(APIServer pid=1) INFO 06-03 08:00:00
+# [loggers.py:236] `: where it is all that precedes the match, proc_before finds the
+# name (the only `(... pid=N)`: the name holds no parenthesis) and engine_ts_before
+# the stamp (the last one: the bracket holds no space, so no stamp can follow).
+_HEAD = (
+    r"^(?P<bulk_head_>\((?P<bulk_proc_>[^()\n]{1,80}?) pid=\d+\) "
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<bulk_ts_>\d\d-\d\d \d\d:\d\d:\d\d) "
+    r"\[[\w.]+:\d+\] )"
+)
 
 
 @dataclass(slots=True)
@@ -72,6 +90,9 @@ class _Ready:
     start: int
     end: int
     groups: dict[str, str | None]
+    # (proc, engine stamp) as new_hit finds them, where the head before the match has
+    # vLLM's plain shape (_HEAD); None: found per line.
+    head: tuple[str, str] | None = None
 
 
 # What Rust's regex lacks (look-around, back-references, atomic groups, possessive
@@ -209,9 +230,16 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
         whole = caps.get_column(_ALL).str.len_chars().to_list()
         names = list(sig.fields)
         columns = [caps.get_column(g).to_list() for g in names]
+        heads = texts.gather(rows).str.extract_groups(_HEAD).struct.unnest()
+        head_len = heads.get_column("bulk_head_").str.len_chars().to_list()
+        procs = heads.get_column("bulk_proc_").to_list()
+        stamps = heads.get_column("bulk_ts_").to_list()
         for j, i in enumerate(rows):
             groups = {g: col[j] for g, col in zip(names, columns, strict=True)}
-            ready[members[i][0]] = _Ready(members[i][1], sig, pre[j], pre[j] + whole[j], groups)
+            head = (procs[j], stamps[j]) if head_len[j] == pre[j] else None
+            ready[members[i][0]] = _Ready(
+                members[i][1], sig, pre[j], pre[j] + whole[j], groups, head
+            )
     return ready
 
 
@@ -229,6 +257,66 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
     except (ValueError, OverflowError):
         return False
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
-    result.add(new_hit(source, lineno, sig, fields, text, r.start, r.end, head))
+    made = _Deferred(source, lineno, sig, fields, text, r.start, r.end, head)
+    if result.sink is not None and sig.kind is Kind.STATS:
+        _to_sink(result.sink, made, r)
+    else:
+        result.add(made.hit())
     result.recognised[sig.family] += 1
     return True
+
+
+class _Deferred:
+    """The hit of a bulk match, made when first asked for (rollup.Deferred)."""
+
+    __slots__ = ("end", "fields", "head", "lineno", "made", "sig", "source", "start", "text")
+
+    def __init__(
+        self,
+        source: str,
+        lineno: int,
+        sig: Signature,
+        fields: dict[str, FieldValue],
+        text: str,
+        start: int,
+        end: int,
+        head: Stamps,
+    ) -> None:
+        self.source, self.lineno, self.sig, self.fields = source, lineno, sig, fields
+        self.text, self.start, self.end, self.head = text, start, end, head
+        self.made: Hit | None = None
+
+    def hit(self) -> Hit:
+        if self.made is None:
+            self.made = new_hit(
+                self.source,
+                self.lineno,
+                self.sig,
+                self.fields,
+                self.text,
+                self.start,
+                self.end,
+                self.head,
+            )
+        return self.made
+
+
+def _to_sink(sink: RollupSink, d: _Deferred, r: _Ready) -> None:
+    """RollupSink.add of d's hit, with the parts of the hit the sink reads worked out
+    as new_hit works them out, but without making it: most stats lines only add to
+    a rollup's aggregates, and a hit (evidence text, record bounds) costs ~10 us."""
+    text, start, head = d.text, d.start, d.head
+    wrapper = ts_tag(head.ts_wrapper, head.ts_kind)
+    when = stamp_of(wrapper, r.head[1] if r.head else ln.engine_ts_before(text, start))
+    key = None
+    if (
+        when[1] is not None
+        and (ln.repeat_count(text) if "[repeated" in text else 1) == 1
+        and head.uptime is None
+    ):
+        proc = (r.head[0] if r.head else ln.proc_before(text, start)) or ln.sglang_rank(head.rank)
+        # The hit's text is a part of the line's (plus " …" when cut): what the
+        # stream key looks for in it is only worth finding there when the line has it.
+        evidence = cut(ln.record_text(text, start, d.end)) if " llm_engine.py:" in text else ""
+        key = key_of(d.sig.id, proc, head.pod, wrapper, d.fields, evidence)
+    sink.add_ref(d, d.fields, when, key)
