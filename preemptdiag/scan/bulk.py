@@ -60,6 +60,15 @@ AFTER_LINES = 20_000
 RETRY_BLOCKS = 64  # blocks matched one by one after a block where bulk did not pay
 # Group names for the match's prefix and whole (no signature field is named so).
 _PRE, _ALL = "bulk_prefix_", "bulk_match_"
+# Converters polars runs on a column with the same results, on text of this shape
+# (a digit string: Python's int and float and polars' casts both give the exact
+# integer and the correctly rounded double; 18 digits always fit in 64 bits).
+_CAST_SHAPES = {
+    "int": r"^\d{1,18}$",
+    "int_commas": r"^\d{1,18}$",
+    "float": r"^\d+(?:\.\d+)?$",
+    "percent": r"^\d+(?:\.\d+)?$",
+}
 # vLLM's head before a stats line, `(APIServer pid=1) INFO 06-03 08:00:00
 # [loggers.py:236] `: where it is all that precedes the match, proc_before finds the
 # name (the only `(... pid=N)`: the name holds no parenthesis) and engine_ts_before
@@ -93,6 +102,9 @@ class _Ready:
     # (proc, engine stamp) as new_hit finds them, where the head before the match has
     # vLLM's plain shape (_HEAD); None: found per line.
     head: tuple[str, str] | None = None
+    # The converted fields (in signature order), where polars converted them: None,
+    # converted per line.
+    typed: dict[str, FieldValue] | None = None
 
 
 # What Rust's regex lacks (look-around, back-references, atomic groups, possessive
@@ -234,13 +246,38 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
         head_len = heads.get_column("bulk_head_").str.len_chars().to_list()
         procs = heads.get_column("bulk_proc_").to_list()
         stamps = heads.get_column("bulk_ts_").to_list()
+        typed = _typed(caps, sig, len(rows))
         for j, i in enumerate(rows):
             groups = {g: col[j] for g, col in zip(names, columns, strict=True)}
             head = (procs[j], stamps[j]) if head_len[j] == pre[j] else None
             ready[members[i][0]] = _Ready(
-                members[i][1], sig, pre[j], pre[j] + whole[j], groups, head
+                members[i][1], sig, pre[j], pre[j] + whole[j], groups, head, typed[j]
             )
     return ready
+
+
+def _typed(caps: Any, sig: Signature, n: int) -> list[dict[str, FieldValue] | None]:
+    """Each row's fields converted as CONVERTERS would, column by column; None for a
+    row where a value has another shape (converted, or refused, per line)."""
+    import polars as pl
+
+    if not all(t == "str" or t in _CAST_SHAPES for t in sig.fields.values()):
+        return [None] * n
+    ok = pl.Series([True] * n)
+    columns: list[list[Any]] = []
+    for name, typ in sig.fields.items():
+        col = caps.get_column(name)
+        if typ == "str":
+            columns.append(col.to_list())
+            continue
+        ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
+        dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
+        columns.append(col.cast(dtype, strict=False).to_list())
+    names = list(sig.fields)
+    return [
+        dict(zip(names, row, strict=True)) if good else None
+        for good, *row in zip(ok.to_list(), *columns, strict=True)
+    ]
 
 
 def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanResult) -> bool:
@@ -250,12 +287,15 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
         return False  # Matcher.match skips it, as a piece of a rejoined record
     sig, line, text = r.sig, r.line, r.line.text
     fields: dict[str, FieldValue] = dict(sig.constants)
-    try:
-        for name, typ in sig.fields.items():
-            raw = r.groups[name]
-            fields[name] = None if raw is None else CONVERTERS[typ](raw)
-    except (ValueError, OverflowError):
-        return False
+    if r.typed is not None:
+        fields.update(r.typed)
+    else:
+        try:
+            for name, typ in sig.fields.items():
+                raw = r.groups[name]
+                fields[name] = None if raw is None else CONVERTERS[typ](raw)
+        except (ValueError, OverflowError):
+            return False
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
     made = _Deferred(source, lineno, sig, fields, text, r.start, r.end, head)
     if result.sink is not None and sig.kind is Kind.STATS:
