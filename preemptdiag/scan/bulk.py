@@ -167,16 +167,25 @@ def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
     """The lines (by position in `items`) that hold exactly one match of their
     candidate signatures, with that match."""
     groups: dict[tuple[str, ...], list[tuple[int, Line, list[Signature]]]] = {}
+    builtin: dict[tuple[str, ...], bool] = {}  # by set of candidates: all builtin
     for k, it in enumerate(items):
         if decoy_position(it.raw) is not None:
             continue  # request text in the line: Matcher.match sorts it out
         cands = matcher.candidates(it.raw)
-        if not cands or not all(s.builtin for s in cands):
+        ids = tuple([s.id for s in cands])
+        ok = builtin.get(ids)
+        if ok is None:
+            ok = builtin[ids] = bool(cands) and all(s.builtin for s in cands)
+        if not ok:
             continue
-        line = ln.normalise(it.raw.rstrip("\r\n"))
-        if not line.text.isascii() or decoy_position(line.text) is not None:
+        stripped = it.raw.rstrip("\r\n")
+        line = ln.normalise(stripped)
+        # No marker in the raw line: none in its text either where that is the line.
+        if not line.text.isascii() or (
+            line.text != stripped and decoy_position(line.text) is not None
+        ):
             continue
-        groups.setdefault(tuple(s.id for s in cands), []).append((k, line, cands))
+        groups.setdefault(ids, []).append((k, line, cands))
     ready: dict[int, _Ready] = {}
     for members in groups.values():
         if (
@@ -240,15 +249,19 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
         caps = texts.gather(rows).str.extract_groups(spanned).struct.unnest()
         pre = caps.get_column(_PRE).str.len_chars().to_list()
         whole = caps.get_column(_ALL).str.len_chars().to_list()
+        typed = _typed(caps, sig, len(rows))
         names = list(sig.fields)
-        columns = [caps.get_column(g).to_list() for g in names]
+        # The raw captures are read only where a row's typed ones are missing.
+        raw = any(t is None for t in typed)
+        columns = [caps.get_column(g).to_list() if raw else [] for g in names]
         heads = texts.gather(rows).str.extract_groups(_HEAD).struct.unnest()
         head_len = heads.get_column("bulk_head_").str.len_chars().to_list()
         procs = heads.get_column("bulk_proc_").to_list()
         stamps = heads.get_column("bulk_ts_").to_list()
-        typed = _typed(caps, sig, len(rows))
         for j, i in enumerate(rows):
-            groups = {g: col[j] for g, col in zip(names, columns, strict=True)}
+            groups = {}
+            if typed[j] is None:
+                groups = {g: c[j] for g, c in zip(names, columns, strict=True)}
             head = (procs[j], stamps[j]) if head_len[j] == pre[j] else None
             ready[members[i][0]] = _Ready(
                 members[i][1], sig, pre[j], pre[j] + whole[j], groups, head, typed[j]
