@@ -25,9 +25,9 @@ tests/test_bulk.py holds the two to identical hits.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -310,11 +310,11 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
         except (ValueError, OverflowError):
             return False
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
-    made = _Deferred(source, lineno, sig, fields, text, r.start, r.end, head)
+    made = partial(new_hit, source, lineno, sig, fields, text, r.start, r.end, head)
     if result.sink is not None and sig.kind is Kind.STATS:
-        _to_sink(result.sink, made, r)
+        _to_sink(result.sink, _Deferred(made), r, fields, head)
     else:
-        result.add(made.hit())
+        result.add(made())
     result.recognised[sig.family] += 1
     return True
 
@@ -322,43 +322,25 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
 class _Deferred:
     """The hit of a bulk match, made when first asked for (rollup.Deferred)."""
 
-    __slots__ = ("end", "fields", "head", "lineno", "made", "sig", "source", "start", "text")
+    __slots__ = ("made", "make")
 
-    def __init__(
-        self,
-        source: str,
-        lineno: int,
-        sig: Signature,
-        fields: dict[str, FieldValue],
-        text: str,
-        start: int,
-        end: int,
-        head: Stamps,
-    ) -> None:
-        self.source, self.lineno, self.sig, self.fields = source, lineno, sig, fields
-        self.text, self.start, self.end, self.head = text, start, end, head
+    def __init__(self, make: Callable[[], Hit]) -> None:
+        self.make = make
         self.made: Hit | None = None
 
     def hit(self) -> Hit:
         if self.made is None:
-            self.made = new_hit(
-                self.source,
-                self.lineno,
-                self.sig,
-                self.fields,
-                self.text,
-                self.start,
-                self.end,
-                self.head,
-            )
+            self.made = self.make()
         return self.made
 
 
-def _to_sink(sink: RollupSink, d: _Deferred, r: _Ready) -> None:
+def _to_sink(
+    sink: RollupSink, d: _Deferred, r: _Ready, fields: dict[str, FieldValue], head: Stamps
+) -> None:
     """RollupSink.add of d's hit, with the parts of the hit the sink reads worked out
     as new_hit works them out, but without making it: most stats lines only add to
     a rollup's aggregates, and a hit (evidence text, record bounds) costs ~10 us."""
-    text, start, head = d.text, d.start, d.head
+    text, start = r.line.text, r.start
     wrapper = ts_tag(head.ts_wrapper, head.ts_kind)
     when = stamp_of(wrapper, r.head[1] if r.head else ln.engine_ts_before(text, start))
     key = None
@@ -370,6 +352,6 @@ def _to_sink(sink: RollupSink, d: _Deferred, r: _Ready) -> None:
         proc = (r.head[0] if r.head else ln.proc_before(text, start)) or ln.sglang_rank(head.rank)
         # The hit's text is a part of the line's (plus " …" when cut): what the
         # stream key looks for in it is only worth finding there when the line has it.
-        evidence = cut(ln.record_text(text, start, d.end)) if " llm_engine.py:" in text else ""
-        key = key_of(d.sig.id, proc, head.pod, wrapper, d.fields, evidence)
-    sink.add_ref(d, d.fields, when, key)
+        evidence = cut(ln.record_text(text, start, r.end)) if " llm_engine.py:" in text else ""
+        key = key_of(r.sig.id, proc, head.pod, wrapper, fields, evidence)
+    sink.add_ref(d, fields, when, key)

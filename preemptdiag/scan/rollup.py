@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Protocol, TypeVar
@@ -276,7 +276,7 @@ class Builder:
         )
         preempting = tuple(real(p) for p in self.preempting)
         rollup = Rollup(stats, self._kept_last(), real(self.peak_first), preempting)
-        return replace(self.carrier, rollup=rollup)
+        return _with(self.carrier, self.carrier.fields, self.carrier.text, rollup)
 
     def _kept_last(self) -> Hit:
         """The last line as far as anything reads it: its order keys, its stamp (its
@@ -286,7 +286,28 @@ class Builder:
             return real(self.last)
         last = real(self.last)
         kept = {k: last.fields[k] for k in LAST_FIELDS if k in last.fields}
-        return replace(last, text="", fields=kept)
+        return _with(last, kept, "", None)
+
+
+def _with(h: Hit, fields: Mapping[str, FieldValue], text: str, rollup: Rollup[Hit] | None) -> Hit:
+    """dataclasses.replace(h, fields=, text=, rollup=), spelt out: replace looks the
+    fields up each call, ~10 us, and a rollup calls it twice a minute of each stream."""
+    return Hit(
+        h.source,
+        h.line,
+        h.sig,
+        h.kind,
+        fields,
+        text,
+        h.ts_wrapper,
+        h.ts_engine,
+        h.proc,
+        h.repeat,
+        h.pod,
+        h.uptime,
+        rollup,
+        h.engine,
+    )
 
 
 @dataclass(slots=True)
