@@ -3,6 +3,8 @@ column) gives exactly the hits, counts and skips of matching them one by one."""
 
 from __future__ import annotations
 
+import random
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from test_equivalence import CORPUS_LOGS, SAMPLES, _assert_same, _bench_generator
 
 import preemptdiag.scan.bulk as bulk
+from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import scan_fast, scan_reference
@@ -25,10 +28,12 @@ V1 = (
 )
 
 
-def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, min_lines: int) -> ScanResult:
+def _scan(
+    path: Path, monkeypatch: pytest.MonkeyPatch, min_lines: int, rollup: bool = False
+) -> ScanResult:
     monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
     monkeypatch.setattr(bulk, "AFTER_LINES", 0)
-    return scan_fast(open_source(str(path)), MATCHER, rollup=False)
+    return scan_fast(open_source(str(path)), MATCHER, rollup=rollup)
 
 
 def _assert_bulk_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,6 +43,19 @@ def _assert_bulk_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert together.skipped == by_one.skipped
     assert together.recognised == by_one.recognised
     _assert_same(together, scan_reference(open_source(str(path)), MATCHER))
+    _assert_rollups_exact(path, monkeypatch)
+
+
+def _assert_rollups_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> ScanResult:
+    """With rollups on, bulk lines go to the sink as deferred hits: the rollups (their
+    aggregates and every line they keep) are the ones line-by-line matching builds."""
+    by_one = _scan(path, monkeypatch, 1 << 40, rollup=True)
+    together = _scan(path, monkeypatch, 1, rollup=True)
+    assert together.hits == by_one.hits
+    assert together.members == by_one.members
+    assert together.skipped == by_one.skipped
+    assert together.recognised == by_one.recognised
+    return together
 
 
 def test_rust_regex_takes_most_builtin_patterns_and_refuses_look_around() -> None:
@@ -148,3 +166,97 @@ def test_lines_only_regex_matches_stop_the_bulk_tries(
     monkeypatch.setattr(bulk, "RETRY_BLOCKS", 2)
     scan_fast(open_source(str(path)), MATCHER)
     assert calls == [0, 0, 0]  # blocks 0 and 2, not 1
+
+
+def _stats_log(seed: int, n: int = 1500) -> list[str]:
+    """Two engines' V1 stats lines interleaved at uneven steps across midnight, some
+    preempting, with lines whose stamp moves the clock otherwise among them."""
+    rng = random.Random(seed)
+    t = datetime(2025, 6, 3, 23, 40, 0)
+    out: list[str] = []
+    for _ in range(n):
+        t += timedelta(seconds=rng.choice([0, 1, 3, 7, 10, 10, 10, 25]))
+        pid = rng.choice([1, 1, 2])
+        preempt = f"Preemptions: {rng.randrange(1, 9)}, " if rng.random() < 0.08 else ""
+        line = (
+            f"(APIServer pid={pid}) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 00{pid}: "
+            f"Avg prompt throughput: {rng.uniform(0, 5000):.1f} tokens/s, Avg generation "
+            f"throughput: {rng.uniform(0, 200):.1f} tokens/s, Running: {rng.randrange(60)} "
+            f"reqs, Waiting: {rng.choice([0, 0, 0, 3])} reqs, {preempt}GPU KV cache usage: "
+            f"{rng.choice([10.0, 55.5, 99.9, 99.9, rng.uniform(0, 100)]):.1f}%, Prefix cache "
+            "hit rate: 12.0%"
+        )
+        r = rng.random()
+        if r < 0.01:  # a kubectl stamp: another clock, mid-minute
+            line = f"{t:%Y-%m-%dT%H:%M:%S}.5Z " + line
+        elif r < 0.02:  # no engine stamp: timed by the line before it
+            line = line.replace(f" INFO {t:%m-%d %H:%M:%S}", "")
+        elif r < 0.025:  # two records glued on one line
+            line = line + " " + line
+        elif r < 0.03:  # an ip in the process tag: the head is found per line
+            line = line.replace(f"pid={pid})", f"pid={pid}, ip=10.0.0.{pid})")
+        elif r < 0.035:  # a value of another shape (past 64 bits): refused per line
+            line = line.replace("Running: ", "Running: 1" + "0" * 25, 1)
+        elif r < 0.04:
+            line = line.replace("[loggers.py:236]", "[loggers.py:236] [x]")
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rollups_from_bulk_lines_match_line_by_line(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(_stats_log(seed)) + "\n", encoding="utf-8")
+    made: list[int] = []
+    real = bulk.new_hit
+
+    def counting(*args: Any) -> Any:
+        made.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(bulk, "new_hit", counting)
+    res = _assert_rollups_exact(path, monkeypatch)
+    rolled = [h for h in res.hits if h.rollup is not None]
+    assert len(rolled) > 60  # minutes of both engines, split where the clock moved
+    assert any(h.rollup and h.rollup.preempting for h in res.hits)
+    # Hits were made only for the lines a rollup keeps, not for every line.
+    assert 0 < len(made) < 0.8 * 1500
+
+
+def test_minute_boundaries_and_a_clock_change_mid_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [V1.format(m=i * 7 // 60, s=i * 7 % 60, p=100 + i, r=i % 9) for i in range(200)]
+    lines[100] = "2025-06-03T08:11:40Z " + lines[100]  # kubectl stamp: closes the minute
+    path = tmp_path / "minutes.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = _assert_rollups_exact(path, monkeypatch)
+    sizes = [h.rollup.stats.n if h.rollup else 1 for h in res.hits]
+    assert sum(sizes) == 200
+    # 08:11 (lines 96-103): the lines before the stamped one, the stamped one alone
+    # (another stream), and the lines after it in a rollup of their own.
+    at_11 = [h for h in res.hits if h.ts_engine and h.ts_engine.startswith("06-03 08:11")]
+    assert [(h.line, h.rollup.stats.n if h.rollup else 1) for h in at_11] == [
+        (96, 5),
+        (101, 1),
+        (102, 2),
+    ]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_report_of_bulk_rollups_is_byte_identical(
+    jobs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(_stats_log(7, 6000)) + "\n", encoding="utf-8")
+    argv = ["analyze", str(path), "--format", "json", "--year", "2026", "--jobs", jobs]
+    outs = []
+    for min_lines in (1 << 40, 1):
+        monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
+        monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+        code = main(argv)
+        outs.append((code, capsys.readouterr().out))
+    assert outs[0] == outs[1]
+    assert '"windows"' in outs[0][1]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import gzip
 import random
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import pytest
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
 
 import preemptdiag.scan.parallel as parallel
+import preemptdiag.scan.rollup as rollup_mod
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
 from preemptdiag.commands.compare import summarize
-from preemptdiag.model.records import Kind
+from preemptdiag.model.records import Hit, Kind
 from preemptdiag.render.json_format import report_dict
 from preemptdiag.timeline.events import TimeContext
 
@@ -362,3 +364,12 @@ def test_an_unstamped_record_glued_after_a_rollups_members(tmp_path: Path) -> No
     path.write_text(rec.format(stamp="07-15 14:00:54", w=1) + "\n" + glued + "\n")
     rolled = _assert_same_report([path], time=TimeContext(year=2026))
     assert rolled.report.windows[-1].waiting_last == 0
+
+
+def test_rollup_copies_every_field_of_a_hit() -> None:
+    # rollup._with spells dataclasses.replace out for speed: a field Hit gains must
+    # not be dropped there (each field a distinct value, so a swap shows too).
+    values = {f.name: object() for f in dataclass_fields(Hit)}
+    h = Hit(**values)
+    got = rollup_mod._with(h, {"x": 1}, "t", None)
+    assert got == replace(h, fields={"x": 1}, text="t", rollup=None)

@@ -25,17 +25,26 @@ tests/test_bulk.py holds the two to identical hits.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 import regex
 
-from preemptdiag.model.records import FieldValue
+from preemptdiag.model.records import FieldValue, Hit, Kind
 from preemptdiag.scan import lines as ln
 from preemptdiag.scan.lines import Line
-from preemptdiag.scan.matcher import Matcher, ScanResult, Stamps, decoy_position, new_hit
+from preemptdiag.scan.matcher import (
+    Matcher,
+    ScanResult,
+    Stamps,
+    cut,
+    decoy_position,
+    new_hit,
+    ts_tag,
+)
+from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
 from preemptdiag.scan.signatures import CONVERTERS, Signature
 
 if TYPE_CHECKING:
@@ -51,6 +60,24 @@ AFTER_LINES = 20_000
 RETRY_BLOCKS = 64  # blocks matched one by one after a block where bulk did not pay
 # Group names for the match's prefix and whole (no signature field is named so).
 _PRE, _ALL = "bulk_prefix_", "bulk_match_"
+# Converters polars runs on a column with the same results, on text of this shape
+# (a digit string: Python's int and float and polars' casts both give the exact
+# integer and the correctly rounded double; 18 digits always fit in 64 bits).
+_CAST_SHAPES = {
+    "int": r"^\d{1,18}$",
+    "int_commas": r"^\d{1,18}$",
+    "float": r"^\d+(?:\.\d+)?$",
+    "percent": r"^\d+(?:\.\d+)?$",
+}
+# vLLM's head before a stats line, `(APIServer pid=1) INFO 06-03 08:00:00
+# [loggers.py:236] `: where it is all that precedes the match, proc_before finds the
+# name (the only `(... pid=N)`: the name holds no parenthesis) and engine_ts_before
+# the stamp (the last one: the bracket holds no space, so no stamp can follow).
+_HEAD = (
+    r"^(?P<bulk_head_>\((?P<bulk_proc_>[^()\n]{1,80}?) pid=\d+\) "
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<bulk_ts_>\d\d-\d\d \d\d:\d\d:\d\d) "
+    r"\[[\w.]+:\d+\] )"
+)
 
 
 @dataclass(slots=True)
@@ -72,6 +99,12 @@ class _Ready:
     start: int
     end: int
     groups: dict[str, str | None]
+    # (proc, engine stamp) as new_hit finds them, where the head before the match has
+    # vLLM's plain shape (_HEAD); None: found per line.
+    head: tuple[str, str] | None = None
+    # The converted fields (in signature order), where polars converted them: None,
+    # converted per line.
+    typed: dict[str, FieldValue] | None = None
 
 
 # What Rust's regex lacks (look-around, back-references, atomic groups, possessive
@@ -134,16 +167,25 @@ def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
     """The lines (by position in `items`) that hold exactly one match of their
     candidate signatures, with that match."""
     groups: dict[tuple[str, ...], list[tuple[int, Line, list[Signature]]]] = {}
+    builtin: dict[tuple[str, ...], bool] = {}  # by set of candidates: all builtin
     for k, it in enumerate(items):
         if decoy_position(it.raw) is not None:
             continue  # request text in the line: Matcher.match sorts it out
         cands = matcher.candidates(it.raw)
-        if not cands or not all(s.builtin for s in cands):
+        ids = tuple([s.id for s in cands])
+        ok = builtin.get(ids)
+        if ok is None:
+            ok = builtin[ids] = bool(cands) and all(s.builtin for s in cands)
+        if not ok:
             continue
-        line = ln.normalise(it.raw.rstrip("\r\n"))
-        if not line.text.isascii() or decoy_position(line.text) is not None:
+        stripped = it.raw.rstrip("\r\n")
+        line = ln.normalise(stripped)
+        # No marker in the raw line: none in its text either where that is the line.
+        if not line.text.isascii() or (
+            line.text != stripped and decoy_position(line.text) is not None
+        ):
             continue
-        groups.setdefault(tuple(s.id for s in cands), []).append((k, line, cands))
+        groups.setdefault(ids, []).append((k, line, cands))
     ready: dict[int, _Ready] = {}
     for members in groups.values():
         if (
@@ -207,12 +249,48 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
         caps = texts.gather(rows).str.extract_groups(spanned).struct.unnest()
         pre = caps.get_column(_PRE).str.len_chars().to_list()
         whole = caps.get_column(_ALL).str.len_chars().to_list()
+        typed = _typed(caps, sig, len(rows))
         names = list(sig.fields)
-        columns = [caps.get_column(g).to_list() for g in names]
+        # The raw captures are read only where a row's typed ones are missing.
+        raw = any(t is None for t in typed)
+        columns = [caps.get_column(g).to_list() if raw else [] for g in names]
+        heads = texts.gather(rows).str.extract_groups(_HEAD).struct.unnest()
+        head_len = heads.get_column("bulk_head_").str.len_chars().to_list()
+        procs = heads.get_column("bulk_proc_").to_list()
+        stamps = heads.get_column("bulk_ts_").to_list()
         for j, i in enumerate(rows):
-            groups = {g: col[j] for g, col in zip(names, columns, strict=True)}
-            ready[members[i][0]] = _Ready(members[i][1], sig, pre[j], pre[j] + whole[j], groups)
+            groups = {}
+            if typed[j] is None:
+                groups = {g: c[j] for g, c in zip(names, columns, strict=True)}
+            head = (procs[j], stamps[j]) if head_len[j] == pre[j] else None
+            ready[members[i][0]] = _Ready(
+                members[i][1], sig, pre[j], pre[j] + whole[j], groups, head, typed[j]
+            )
     return ready
+
+
+def _typed(caps: Any, sig: Signature, n: int) -> list[dict[str, FieldValue] | None]:
+    """Each row's fields converted as CONVERTERS would, column by column; None for a
+    row where a value has another shape (converted, or refused, per line)."""
+    import polars as pl
+
+    if not all(t == "str" or t in _CAST_SHAPES for t in sig.fields.values()):
+        return [None] * n
+    ok = pl.Series([True] * n)
+    columns: list[list[Any]] = []
+    for name, typ in sig.fields.items():
+        col = caps.get_column(name)
+        if typ == "str":
+            columns.append(col.to_list())
+            continue
+        ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
+        dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
+        columns.append(col.cast(dtype, strict=False).to_list())
+    names = list(sig.fields)
+    return [
+        dict(zip(names, row, strict=True)) if good else None
+        for good, *row in zip(ok.to_list(), *columns, strict=True)
+    ]
 
 
 def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanResult) -> bool:
@@ -222,13 +300,58 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
         return False  # Matcher.match skips it, as a piece of a rejoined record
     sig, line, text = r.sig, r.line, r.line.text
     fields: dict[str, FieldValue] = dict(sig.constants)
-    try:
-        for name, typ in sig.fields.items():
-            raw = r.groups[name]
-            fields[name] = None if raw is None else CONVERTERS[typ](raw)
-    except (ValueError, OverflowError):
-        return False
+    if r.typed is not None:
+        fields.update(r.typed)
+    else:
+        try:
+            for name, typ in sig.fields.items():
+                raw = r.groups[name]
+                fields[name] = None if raw is None else CONVERTERS[typ](raw)
+        except (ValueError, OverflowError):
+            return False
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
-    result.add(new_hit(source, lineno, sig, fields, text, r.start, r.end, head))
+    made = partial(new_hit, source, lineno, sig, fields, text, r.start, r.end, head)
+    if result.sink is not None and sig.kind is Kind.STATS:
+        _to_sink(result.sink, _Deferred(made), r, fields, head)
+    else:
+        result.add(made())
     result.recognised[sig.family] += 1
     return True
+
+
+class _Deferred:
+    """The hit of a bulk match, made when first asked for (rollup.Deferred)."""
+
+    __slots__ = ("made", "make")
+
+    def __init__(self, make: Callable[[], Hit]) -> None:
+        self.make = make
+        self.made: Hit | None = None
+
+    def hit(self) -> Hit:
+        if self.made is None:
+            self.made = self.make()
+        return self.made
+
+
+def _to_sink(
+    sink: RollupSink, d: _Deferred, r: _Ready, fields: dict[str, FieldValue], head: Stamps
+) -> None:
+    """RollupSink.add of d's hit, with the parts of the hit the sink reads worked out
+    as new_hit works them out, but without making it: most stats lines only add to
+    a rollup's aggregates, and a hit (evidence text, record bounds) costs ~10 us."""
+    text, start = r.line.text, r.start
+    wrapper = ts_tag(head.ts_wrapper, head.ts_kind)
+    when = stamp_of(wrapper, r.head[1] if r.head else ln.engine_ts_before(text, start))
+    key = None
+    if (
+        when[1] is not None
+        and (ln.repeat_count(text) if "[repeated" in text else 1) == 1
+        and head.uptime is None
+    ):
+        proc = (r.head[0] if r.head else ln.proc_before(text, start)) or ln.sglang_rank(head.rank)
+        # The hit's text is a part of the line's (plus " …" when cut): what the
+        # stream key looks for in it is only worth finding there when the line has it.
+        evidence = cut(ln.record_text(text, start, r.end)) if " llm_engine.py:" in text else ""
+        key = key_of(r.sig.id, proc, head.pod, wrapper, fields, evidence)
+    sink.add_ref(d, fields, when, key)

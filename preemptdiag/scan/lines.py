@@ -66,6 +66,10 @@ def _peel_json(s: str) -> tuple[str, str | None]:
 
 def normalise(raw: str) -> Line:
     s = raw.rstrip("\r\n")
+    if s.startswith("(") and "\x1b" not in s and "#033[" not in s and "\r" not in s:
+        # A process tag in front (vLLM's `(APIServer pid=1) INFO ...`): no wrapper
+        # below opens with "(", so the line is its own text (a stats line every 10 s).
+        return Line(text=s, ts_wrapper=None, ts_kind=None, pod=None, rank=None)
     if "\x1b" in s or "#033[" in s:
         s = _ANSI.sub("", s)
     ts: str | None = None

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
 from preemptdiag.model.timeparse import parse_iso
@@ -83,11 +83,12 @@ def stamp(h: Hit) -> Stamp:
     rollup member). minute and seconds: set when a rollup may use the stamp: an
     ISO/SQL wrapper stamp that parses, or a vLLM `MM-DD HH:MM:SS` engine stamp (not
     Feb 29, whose year is unknown here)."""
-    return _stamp(h.ts_wrapper, h.ts_engine)
+    return stamp_of(h.ts_wrapper, h.ts_engine)
 
 
 @lru_cache(maxsize=256)
-def _stamp(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
+def stamp_of(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
+    """stamp() of a hit with these stamps (bulk.py asks before it makes the hit)."""
     # Cached: a dense log repeats each second's stamp on several lines.
     if wrapper:
         kind, text = wrapper.kind, wrapper.text
@@ -118,18 +119,46 @@ def stream_key(h: Hit) -> tuple[object, ...] | None:
     """Which open rollup a stats hit may join; None when it must stay a line."""
     if h.kind is not Kind.STATS or h.repeat != 1 or h.uptime is not None or h.rollup:
         return None
+    return key_of(h.sig, h.proc, h.pod, h.ts_wrapper, h.fields, h.text)
+
+
+def key_of(
+    sig: str,
+    proc: str | None,
+    pod: str | None,
+    wrapper: WrapperStamp | None,
+    fields: Mapping[str, FieldValue],
+    text: str,
+) -> tuple[object, ...]:
+    """stream_key() of a one-line stats hit with these parts (`text`: its text)."""
     return (
-        h.sig,
-        h.proc,
-        h.pod,
-        h.ts_wrapper.kind if h.ts_wrapper else "",
-        tuple([v is None for v in h.fields.values()]),
-        " llm_engine.py:" in h.text,  # rules.preemption_visibility reads it
+        sig,
+        proc,
+        pod,
+        wrapper.kind if wrapper else "",
+        tuple([v is None for v in fields.values()]),
+        " llm_engine.py:" in text,  # rules.preemption_visibility reads it
     )
 
 
+class Deferred(Protocol):
+    """A stats line matched in bulk whose hit is made only if a rollup keeps it (most
+    lines only add to the aggregates): hit() makes it, the same object every time,
+    and it is the hit Matcher.match would have made of the line."""
+
+    def hit(self) -> Hit: ...
+
+
+Ref = Hit | Deferred
+
+
+def real(ref: Ref) -> Hit:
+    return ref if isinstance(ref, Hit) else ref.hit()
+
+
 class Builder:
-    """An open rollup: the carrier (first line) and running aggregates."""
+    """An open rollup: the carrier (first line) and running aggregates. The lines it
+    may keep are held as refs: a Deferred line costs a hit only if it stays one."""
 
     __slots__ = (
         "carrier",
@@ -175,23 +204,23 @@ class Builder:
         self.counts = [0] * len(AGG_FIELDS)
         self.maxes: list[float | None] = [None] * len(AGG_FIELDS)
         self.waiting_pos = 0
-        self.peak_first = hit
+        self.peak_first: Ref = hit
         self.peak_first_key = (-2.0, -1)
         self.peak_kv = -2.0
         self.peak_running: int | None = None
-        self.preempting: list[Hit] = []
-        self.last = hit
+        self.preempting: list[Ref] = []
+        self.last: Ref = hit
         self.sec = sec
-        self.add(hit, sec)
+        self.add(hit, hit.fields, sec)
 
     def accepts(self, minute: str, sec: str) -> bool:
         return minute == self.minute and sec >= self.sec
 
-    def add(self, hit: Hit, sec: str) -> None:
+    def add(self, hit: Ref, fields: Mapping[str, FieldValue], sec: str) -> None:
+        """Add a line: `fields` are its hit's fields."""
         self.n += 1
         self.sec = sec
         self.last = hit
-        fields = hit.fields
         n, lower = stats_preemptions(fields)
         self.preemptions += n
         self.lower = self.lower or lower
@@ -248,18 +277,40 @@ class Builder:
             peak_kv=self.peak_kv,
             peak_running=self.peak_running,
         )
-        rollup = Rollup(stats, self._kept_last(), self.peak_first, tuple(self.preempting))
-        return replace(self.carrier, rollup=rollup)
+        preempting = tuple(real(p) for p in self.preempting)
+        rollup = Rollup(stats, self._kept_last(), real(self.peak_first), preempting)
+        return _with(self.carrier, self.carrier.fields, self.carrier.text, rollup)
 
     def _kept_last(self) -> Hit:
         """The last line as far as anything reads it: its order keys, its stamp (its
         time) and the fields windows take last values of. Its text and other fields
         (~0.7 KB a minute) go, unless it also plays a role evidence can pick."""
-        last = self.last
-        if last is self.peak_first or any(last is p for p in self.preempting):
-            return last
+        if self.last is self.peak_first or any(self.last is p for p in self.preempting):
+            return real(self.last)
+        last = real(self.last)
         kept = {k: last.fields[k] for k in LAST_FIELDS if k in last.fields}
-        return replace(last, text="", fields=kept)
+        return _with(last, kept, "", None)
+
+
+def _with(h: Hit, fields: Mapping[str, FieldValue], text: str, rollup: Rollup[Hit] | None) -> Hit:
+    """dataclasses.replace(h, fields=, text=, rollup=), spelt out: replace looks the
+    fields up each call, ~10 us, and a rollup calls it twice a minute of each stream."""
+    return Hit(
+        h.source,
+        h.line,
+        h.sig,
+        h.kind,
+        fields,
+        text,
+        h.ts_wrapper,
+        h.ts_engine,
+        h.proc,
+        h.repeat,
+        h.pod,
+        h.uptime,
+        rollup,
+        h.engine,
+    )
 
 
 @dataclass(slots=True)
@@ -279,6 +330,19 @@ class RollupSink:
 
     def add(self, hit: Hit) -> None:
         clock, minute, sec = stamp(hit)
+        key = stream_key(hit) if minute is not None and sec is not None else None
+        self.add_ref(hit, hit.fields, (clock, minute, sec), key)
+
+    def add_ref(
+        self,
+        ref: Ref,
+        fields: Mapping[str, FieldValue],
+        when: Stamp,
+        key: tuple[object, ...] | None,
+    ) -> None:
+        """add() of a line given as a ref with its hit's fields, stamp() and
+        stream_key() (None where stream_key is, or the stamp has no minute)."""
+        clock, minute, sec = when
         if self.open and (clock is None or clock != self.clock):
             # A member is timed from its carrier, as if the lines between left the
             # clock as the carrier did: true while they stamp the same date (ISO) or
@@ -288,16 +352,16 @@ class RollupSink:
             for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
                 self._close(self.open.pop(k))
         self.clock = clock
-        key = stream_key(hit) if minute is not None and sec is not None else None
         if key is None or minute is None or sec is None:
-            self.hits.append(hit)
+            self.hits.append(real(ref))
             return
         b = self.open.get(key)
         if b is not None and b.accepts(minute, sec):
-            b.add(hit, sec)
+            b.add(ref, fields, sec)
             return
         if b is not None:
             self._close(b)
+        hit = real(ref)
         self.open[key] = Builder(len(self.hits), hit, minute, sec, clock)
         self.hits.append(hit)
 
