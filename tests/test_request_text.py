@@ -202,6 +202,15 @@ def _wrap(line: str, width: int) -> list[str]:
         _wrap(SG.format(s=3) + '{"inputs": "' + f'{CANARY} {RETRACT}"}}', len(SG) - 2),
         # a \r inside the line (a tqdm redraw, a CR line end of another machine)
         _wrap(f"cluster]\rPrompt after formatting:\r{CANARY} {RETRACT}", 40),
+        # found by bench/fuzz.py (seed 2028, input 18085): a wrapped line whose last
+        # piece ends in LangChain's key, cut by the wrap (`…16P` / `rompt after
+        # formatting:`), and the prompt body below it, wrapped too
+        [
+            *_wrap(VL.format(s=3) + 'request prompt="hi" max_tokens=16Prompt after formatting:',
+                   len(VL.format(s=3) + 'request prompt="hi" max_tokens=16P')),
+            *_wrap(f"{CANARY} {RETRACT} {CANARY}",
+                   len(VL.format(s=3) + 'request prompt="hi" max_tokens=16P')),
+        ],
     ],
     ids=[
         "glued_langchain",
@@ -210,6 +219,7 @@ def _wrap(line: str, width: int) -> list[str]:
         "wrapped_quoted",
         "json_key_cut",
         "carriage_return_inside",
+        "wrapped_key_at_a_lines_end_then_wrapped_body",
     ],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(

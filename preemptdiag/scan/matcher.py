@@ -478,19 +478,51 @@ def _decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
             for sp in request_text.spans(joined):
                 if sp.start < off < sp.end:
                     return min(sp.end - off, len(text))
+        top_down = between[::-1]
+        j = _wrapped_end(above, top_down)
+        if j is not None:
+            # `above` and the lines below it up to a shorter one are the pieces of one
+            # wrapped line (its key may be cut in two, `…16P` / `rompt after
+            # formatting:`): what that whole line leaves open carries down to here.
+            carried = _left_open(above + "".join(top_down[:j]), text, top_down[j:])
+            if carried is not None:
+                return carried
         found = request_text.spans(above)
-        last = found[-1] if found and found[-1].end >= len(above) else None
-        if last is not None and last.open == "raw":
-            return len(text)
-        if last is not None and last.open is not None:
-            # a quote left open: closed on a line between, or here, or still open
-            if any(request_text.closing_quote(p, last.open) != -1 for p in between):
-                return None
-            close = request_text.closing_quote(text, last.open)
-            return len(text) if close == -1 else close + 1
+        if found and found[-1].end >= len(above) and found[-1].open is not None:
+            return _left_open(above, text, between)
         if starts_record(above):
             return None
         between.append(above)
+    return None
+
+
+def _left_open(above: str, text: str, between: Sequence[str]) -> int | None:
+    """How much of `text` the request text `above` leaves open at its end covers: all
+    of it below a raw key, up to the quote that closes (all if none does); None if
+    nothing is left open, or a line `between` closed it."""
+    found = request_text.spans(above)
+    last = found[-1] if found and found[-1].end >= len(above) else None
+    if last is None or last.open is None:
+        return None
+    if last.open == "raw":
+        return len(text)
+    # a quote left open: closed on a line between, or here, or still open
+    if any(request_text.closing_quote(p, last.open) != -1 for p in between):
+        return None
+    close = request_text.closing_quote(text, last.open)
+    return len(text) if close == -1 else close + 1
+
+
+def _wrapped_end(first: str, below: Sequence[str]) -> int | None:
+    """How many of the lines `below` (top down) finish the line a terminal wrapped at
+    `first`'s width: pieces as wide as it, then a shorter last one. None if they do
+    not (or the line would go on past them)."""
+    width = len(first)
+    if width > _MAX_WRAP_WIDTH:
+        return None
+    for i, piece in enumerate(below):
+        if len(piece) != width:
+            return i + 1 if 0 < len(piece) < width else None
     return None
 
 
