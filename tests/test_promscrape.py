@@ -416,3 +416,18 @@ def test_a_sample_timestamp_past_any_real_time_is_no_time() -> None:
     text = "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total 1 99999999999999999\n"
     (scrape,) = parse_scrapes(text, "t.prom", None)
     assert scrape.ts is None
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "vllm:num_preemptions_total " + "9" * 400,
+        'vllm:kv_cache_usage_perc{engine="0"} ' + "9" * 400,
+    ],
+)
+def test_a_number_past_any_float_is_one_line_not_an_internal_error(sample: str) -> None:
+    # Found by bench/fuzz.py (seed 3031, input 438): the parser keeps a 400-digit
+    # integer literal as an int, and float() of it raised OverflowError (exit 3).
+    text = f"# TYPE vllm:num_preemptions_total counter\n{sample}\n"
+    with pytest.raises(DiagError, match=r"^t\.prom: sample \S+ has a value or timestamp too large"):
+        parse_scrapes(text, "t.prom", None)

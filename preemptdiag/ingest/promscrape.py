@@ -326,8 +326,15 @@ def _parse_block(block: str, source: str, first_line: int) -> list[_Sample]:
         for s in fam.samples:
             if s.name.endswith("_created"):
                 continue  # creation times of counters/histograms, not values
-            ts = float(s.timestamp) if s.timestamp is not None else None
-            out.append(_Sample(s.name, tuple(sorted(s.labels.items())), float(s.value), ts))
+            try:
+                ts = float(s.timestamp) if s.timestamp is not None else None
+                value = float(s.value)
+            except OverflowError:  # an integer literal past any float (10^400)
+                raise DiagError(
+                    f"{source}: sample {s.name} has a value or timestamp too large for a "
+                    "number; not a real scrape"
+                ) from None
+            out.append(_Sample(s.name, tuple(sorted(s.labels.items())), value, ts))
     return out
 
 
