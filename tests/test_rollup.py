@@ -373,3 +373,31 @@ def test_rollup_copies_every_field_of_a_hit() -> None:
     h = Hit(**values)
     got = rollup_mod._with(h, {"x": 1}, "t", None)
     assert got == replace(h, fields={"x": 1}, text="t", rollup=None)
+
+
+def test_a_record_glued_after_a_member_with_a_stamped_line_between(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 4041, input 1322): a preemption warning (stamped, no
+    # rollup) between a minute's carrier and its last member; a record with a stamp
+    # that is no time (`:60`) glued after that member took the warning's time, not
+    # the member's as line by line does.
+    stats = (
+        "INFO 11-04 16:07:{s:02d} metrics.py:349] Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 5 reqs, Swapped: 0 reqs, Pending: "
+        "{w} reqs, GPU KV cache usage: {kv}%, CPU KV cache usage: 0.0%."
+    )
+    warn = (
+        "WARNING 11-04 16:07:27 scheduler.py:1481] Sequence group chat-1 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+        "total_num_cumulative_preemption=1"
+    )
+    lines = [
+        stats.format(s=27, w=1, kv="90.0"),
+        warn,
+        stats.format(s=37, w=2, kv="91.0"),
+        stats.format(s=47, w=3, kv="92.0")
+        + stats.format(s=60, w=4, kv="99.6").replace("11-04 16:07:60", "06-16 17:21:60"),
+        stats.format(s=57, w=5, kv="93.0"),
+    ]
+    path = tmp_path / "glued_after_member.log"
+    path.write_text("\n".join(lines) + "\n")
+    _assert_same_report([path], time=TimeContext(year=2026))

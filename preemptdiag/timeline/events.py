@@ -214,7 +214,11 @@ def resolve_times(
             if h.rollup and h.rollup.last.line >= member[0]:
                 member = (h.rollup.last.line, member_time(h.rollup.last, h, t))
                 member_last = True
-        elif last_line <= member[0] < h.line or (member_last and member[0] == h.line):
+        elif last_line <= member[0] < h.line or (
+            # glued on the member's own line: the sink had added the member (else the
+            # member would carry a rollup of its own), so this record follows it
+            member[0] == h.line and (member_last or last_line < member[0])
+        ):
             t = member[1]
         filled.append((h, t if t is not None else last))
     return filled
