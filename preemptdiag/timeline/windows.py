@@ -182,9 +182,12 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
     kind = pl.col("kind")
 
     def ratio(num: str, den: str) -> pl.Expr:
-        # Rounded: partial sums (rollups) and line-by-line sums differ in the last
-        # bits, and no reading of a mean needs more than 6 decimals.
-        mean = pl.col(num).sum() / pl.col(den).sum()
+        # Partial sums (rollups, --jobs ranges cutting one) and line-by-line sums differ
+        # in the last bits. The sum is snapped to 6 decimals first (every value an
+        # engine prints has at most 2, so the exact sum has too, and float error is far
+        # below 5e-7): the mean is then one division of one number whatever the order,
+        # and rounding it to 6 decimals cannot fall either side of a tie.
+        mean = pl.col(num).sum().round(6) / pl.col(den).sum()
         return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
 
     def last_by(col: str, *keys: str) -> pl.Expr:
