@@ -401,3 +401,26 @@ def test_a_record_glued_after_a_member_with_a_stamped_line_between(tmp_path: Pat
     path = tmp_path / "glued_after_member.log"
     path.write_text("\n".join(lines) + "\n")
     _assert_same_report([path], time=TimeContext(year=2026))
+
+
+def test_a_stamp_that_is_no_time_inside_a_minute_closes_its_rollups(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 6061, input 2080): `14:35:9999…` is no time to
+    # events (timed by the line before, 14:35:40), but the open rollup went on past
+    # it, so the line took the carrier's time (14:35:00) as the window's KV evidence.
+    line = (
+        "INFO 11-19 14:35:{s} metrics.py:349] Avg prompt throughput: 1.0 tokens/s, Avg "
+        "generation throughput: 2.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: "
+        "{w} reqs, GPU KV cache usage: {kv}%, CPU KV cache usage: 0.0%."
+    )
+    secs = ["00", "10", "20", "40", "9" * 40, "50", "55"]
+    kvs = ["80.0", "81.0", "82.0", "83.0", "99.6", "84.0", "85.0"]
+    path = tmp_path / "no_time.log"
+    path.write_text(
+        "".join(
+            line.format(s=s, w=i, kv=k) + "\n"
+            for i, (s, k) in enumerate(zip(secs, kvs, strict=True))
+        )
+    )
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    (peak,) = [e for e in rolled.report.verdict.evidence if "99.6%" in e.text]
+    assert peak.ts is not None and (peak.ts.minute, peak.ts.second) == (35, 40)

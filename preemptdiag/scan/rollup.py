@@ -343,6 +343,10 @@ class RollupSink:
         """add() of a line given as a ref with its hit's fields, stamp() and
         stream_key() (None where stream_key is, or the stamp has no minute)."""
         clock, minute, sec = when
+        if minute is None:
+            # A stamp that is no time (`14:35:99…`, Feb 29 without a leap year) is no
+            # stamp to events: timed by the line before, like an unstamped line.
+            clock = None
         if self.open and (clock is None or clock != self.clock):
             # A member is timed from its carrier, as if the lines between left the
             # clock as the carrier did: true while they stamp the same date (ISO) or
