@@ -2,7 +2,7 @@
 promtool), a TSDB backfilled from the real-engine recordings (series.py), served on
 127.0.0.1 at a free port for the whole session.
 
-A missing prometheus/promtool fails these tests: CI installs the package (.ci/run), and
+A missing prometheus/promtool fails these tests: CI installs the package (tests/install-deps), and
 a skip would hide that nothing was tested. PREEMPTDIAG_NO_PROMETHEUS=1 skips them on a
 machine that cannot have it, by an explicit choice.
 """

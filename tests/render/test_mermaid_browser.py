@@ -2,7 +2,7 @@
 headless Chromium: every block parses, and the SVG has the charts, series, points and
 axis labels the report meant.
 
-Needs Debian's `chromium` and `npm ci` in tests/render/browser/ (.ci/run does both). A
+Needs Debian's `chromium` and `npm ci` in tests/render/browser/ (tests/install-deps does both). A
 missing browser fails this test; set PREEMPTDIAG_NO_BROWSER=1 to skip it on purpose.
 """
 
