@@ -372,3 +372,24 @@ def test_ranges_cut_inside_a_wrapped_run_match_a_single_pass(tmp_path: Path, wid
     assert len(whole.hits) >= 50
     assert merged.hits == whole.hits
     assert merged.skipped == whole.skipped
+
+
+def test_a_range_cut_below_a_line_longer_than_the_priming_look_back(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 8081, input 4973: NUL runs and glued lines): no whole
+    # line within the look-back above a cut, so priming scanned an empty range, which
+    # primed itself again: RecursionError in the --jobs worker (exit 3).
+    from preemptdiag.scan.passes import _PRIME_MAX_BYTES
+
+    rec = _V1_STATS.format(s=1, w=3)
+    path = tmp_path / "long_line.log"
+    with path.open("w") as f:
+        f.write(rec + "\n" + "x" * (_PRIME_MAX_BYTES + 4096) + "\n")
+        f.write("  continued, no record opens here\n")
+        f.write("\n".join(_V1_STATS.format(s=s, w=s) for s in range(2, 40)) + "\n")
+    src = open_source(str(path))
+    whole = scan_fast(src, MATCHER)
+    data = path.read_bytes()
+    cut = data.index(b"  continued")  # a range that starts on a line no record opens
+    parts = [scan_fast(src, MATCHER, byte_range=r) for r in ((0, cut), (cut, len(data)))]
+    merged = parallel.merge(src.name, parts)
+    assert merged.hits == whole.hits and len(whole.hits) == 39

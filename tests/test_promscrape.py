@@ -431,3 +431,14 @@ def test_a_number_past_any_float_is_one_line_not_an_internal_error(sample: str) 
     text = f"# TYPE vllm:num_preemptions_total counter\n{sample}\n"
     with pytest.raises(DiagError, match=r"^t\.prom: sample \S+ has a value or timestamp too large"):
         parse_scrapes(text, "t.prom", None)
+
+
+def test_a_scrape_time_dateutil_cannot_divide_is_one_line() -> None:
+    # Found by bench/fuzz.py (seed 8081, input 10575): dateutil raises
+    # decimal.InvalidOperation (no ValueError) on a 40-digit minute.
+    text = (
+        "# scraped_at: 2026-12-01T23:" + "9" * 41 + ":41.696Z\n"
+        "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total 1\n"
+    )
+    with pytest.raises(DiagError, match=r"^t\.prom:1: cannot read scrape timestamp"):
+        parse_scrapes(text, "t.prom", None)

@@ -70,3 +70,10 @@ def test_year_rollover_and_out_of_order_lines():
     assert t.resolve(12) == 2025  # a straggler from before midnight
     assert t.resolve(1) == 2026
     assert t.resolve(2) == 2026
+
+
+def test_dateutils_decimal_error_is_no_time() -> None:
+    # Found by bench/fuzz.py (seed 8081): decimal.InvalidOperation, not a ValueError.
+    from preemptdiag.model.timeparse import parse_any
+
+    assert parse_any("2026-12-01T23:" + "9" * 41 + ":41.696Z") is None

@@ -281,7 +281,7 @@ def _parse_marker(text: str, source: str, lineno: int) -> datetime:
         dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
         if in_range(dt) is None:  # year 9999: a window's end would overflow
             raise ValueError(text)
-    except (ValueError, OverflowError, OSError, Warning):
+    except (ValueError, ArithmeticError, OSError, Warning):  # decimal.InvalidOperation too
         raise DiagError(
             f"{source}:{lineno}: cannot read scrape timestamp {text[:60]!r}; "
             "use ISO-8601 (2025-08-19T18:34:30Z) or `date -u`"

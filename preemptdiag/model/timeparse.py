@@ -101,7 +101,7 @@ def parse_any(text: str) -> datetime | None:
 
     try:
         dt = du_parser.parse(text)
-    except (ValueError, OverflowError):
+    except (ValueError, ArithmeticError):  # dateutil: decimal.InvalidOperation on 1e40 s
         return None
     return in_range(dt if dt.tzinfo else dt.replace(tzinfo=UTC))
 

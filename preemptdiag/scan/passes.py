@@ -274,6 +274,10 @@ def _prime(src: Source, matcher: Matcher, start: int, snap: Snapshot | None) -> 
         at -= 1
         if _resets(lines[at].rstrip(b"\r")):
             break
+    if at >= len(lines):
+        # No whole line within reach above the cut (one line longer than the look-back,
+        # a NUL run): nothing to prime, and a scan of nothing would prime itself again.
+        return
     begin = start - sum(len(ln) + 1 for ln in lines[at:])
     scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - (len(lines) - at), snap=snap)
 
