@@ -12,6 +12,7 @@ import pytest
 from test_equivalence import CORPUS_LOGS, SAMPLES, _assert_same, _bench_generator
 
 import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.lane as lane
 from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
@@ -33,6 +34,7 @@ def _scan(
 ) -> ScanResult:
     monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
     monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(lane, "ENABLED", False)  # tests/test_lane.py holds the lane
     return scan_fast(open_source(str(path)), MATCHER, rollup=rollup)
 
 
@@ -253,6 +255,7 @@ def test_report_of_bulk_rollups_is_byte_identical(
     path.write_text("\n".join(_stats_log(7, 6000)) + "\n", encoding="utf-8")
     argv = ["analyze", str(path), "--format", "json", "--year", "2026", "--jobs", jobs]
     outs = []
+    monkeypatch.setattr(lane, "ENABLED", False)
     for min_lines in (1 << 40, 1):
         monkeypatch.setattr(bulk, "MIN_LINES", min_lines)
         monkeypatch.setattr(bulk, "AFTER_LINES", 0)

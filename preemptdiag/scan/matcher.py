@@ -157,6 +157,11 @@ class Matcher:
         done = self._rejoined
         return done is not None and done[0] == source and done[1] < lineno <= done[2]
 
+    def rejoined_reaches(self, source: str, lineno: int) -> bool:
+        """Whether the wrapped record matched whole last covers line `lineno` or later."""
+        done = self._rejoined
+        return done is not None and done[0] == source and done[2] >= lineno
+
     def decoy_only(self, block: Buffer, start: int, end: int, first: int) -> bool:
         """True when every literal in the line sits inside request text.
 

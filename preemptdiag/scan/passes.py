@@ -17,6 +17,7 @@ from preemptdiag.ingest.sources import (
     was_truncated,
 )
 from preemptdiag.scan import bulk as bulk_mod
+from preemptdiag.scan import lane as lane_mod
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise, starts_record
@@ -52,6 +53,8 @@ _LOOK_BACK_BYTES = 256 << 10
 # into (on a run of glued, wrapped records with none, it starts there anyway).
 _PRIME_MAX_BYTES = 4 << 20
 _PROBE_BYTES = 64 << 10
+# The scan's read size (tests make it small, so blocks end in every possible place).
+BLOCK_BYTES = 1 << 20
 
 
 def _no_line(k: int) -> None:
@@ -176,12 +179,13 @@ def scan_fast(
     # bulk.match_block: candidate lines and blocks matched so far, and the block
     # from which like lines are tried in bulk again.
     seen = blocks = retry_at = 0
+    lane = lane_mod.Lane()
     with open_binary(src, snap) as f:
         if byte_range is not None and byte_range[0] > 0:
             above = _lines_before(f, byte_range[0], look)
         # Progress counts what the bar's total counts: bytes on disk.
         on_disk, reported = compressed_bytes(f), 0
-        for block, size, _offset in iter_blocks(f, byte_range=byte_range):
+        for block, size, _offset in iter_blocks(f, BLOCK_BYTES, byte_range=byte_range):
             if pending:
                 # Each waiting candidate takes the lines it needs from this block;
                 # those that have all they need go, in order (tiny blocks may need
@@ -190,27 +194,46 @@ def scan_fast(
                     p.extend(block, 0, size, scratch)
                 while pending and pending[0].complete:
                     pending.pop(0).match(src.name, matcher, result, _no_line)
-            cands = finder.candidate_lines(block, size)
-            numbers, newlines = number_lines(block, cands, next_line, size)
-            tail = tail_start(block, size)
-            items: list[Item] = []
-            for (start, end, first), lineno in zip(cands, numbers, strict=True):
-                if matcher.decoy_only(block, start, end, first):
-                    result.skipped[DECOY] += 1
-                    continue
-                raw = decode_line(block[start:end], result)
-                before: NextLine = partial(line_before, block, start, look, above)
-                if start >= tail:
-                    pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
-                    continue
-                following: NextLine = partial(line_at, block, end + 1, size, look)
-                items.append(Item(lineno, raw, following, before))
-            # In line order, before the tail's pending lines (matched with the next
-            # block), and while `block` still holds the lines around them.
-            bulk = seen >= bulk_mod.AFTER_LINES and blocks >= retry_at
-            if not match_block(matcher, src.name, items, result, bulk) and bulk:
-                retry_at = blocks + bulk_mod.RETRY_BLOCKS
-            seen += len(items)
+            newlines = -1
+            if (
+                lane_mod.ENABLED
+                and result.sink is not None
+                and not pending
+                and seen >= bulk_mod.AFTER_LINES
+                and lane.due(blocks)
+                and not matcher.rejoined_reaches(src.name, next_line)
+                and bulk_mod.usable()
+            ):
+                # A block of plain stats lines, matched and rolled up as columns.
+                took = lane_mod.try_block(matcher, src.name, block, size, next_line, result)
+                if took is None:
+                    lane.missed(blocks)
+                else:
+                    lane.took()
+                    newlines = took
+                    seen += took
+            if newlines < 0:
+                cands = finder.candidate_lines(block, size)
+                numbers, newlines = number_lines(block, cands, next_line, size)
+                tail = tail_start(block, size)
+                items: list[Item] = []
+                for (start, end, first), lineno in zip(cands, numbers, strict=True):
+                    if matcher.decoy_only(block, start, end, first):
+                        result.skipped[DECOY] += 1
+                        continue
+                    raw = decode_line(block[start:end], result)
+                    before: NextLine = partial(line_before, block, start, look, above)
+                    if start >= tail:
+                        pending.append(_Pending(lineno, raw, block, end + 1, size, scratch, before))
+                        continue
+                    following: NextLine = partial(line_at, block, end + 1, size, look)
+                    items.append(Item(lineno, raw, following, before))
+                # In line order, before the tail's pending lines (matched with the next
+                # block), and while `block` still holds the lines around them.
+                bulk = seen >= bulk_mod.AFTER_LINES and blocks >= retry_at
+                if not match_block(matcher, src.name, items, result, bulk) and bulk:
+                    retry_at = blocks + bulk_mod.RETRY_BLOCKS
+                seen += len(items)
             blocks += 1
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:

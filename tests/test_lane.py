@@ -1,0 +1,250 @@
+"""The stats lane (scan/lane.py: whole blocks of plain stats lines matched and rolled
+up as polars columns) gives exactly the hits, rollups, counts and skips of the
+line-by-line scan, at every block size, and falls back wherever a line is not plain."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_bulk import _stats_log
+from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
+
+import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.lane as lane
+import preemptdiag.scan.passes as passes
+from preemptdiag.cli import main
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.scan.matcher import Matcher, ScanResult
+from preemptdiag.scan.passes import scan_fast
+from preemptdiag.scan.signatures import load
+
+MATCHER = Matcher(load())
+SIGS = {s.id: s for s in MATCHER.sigs}
+
+
+def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, on: bool, block: int) -> ScanResult:
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(lane, "ENABLED", on)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", block)
+    return scan_fast(open_source(str(path)), MATCHER, rollup=True)
+
+
+def _assert_lane_exact(
+    path: Path, monkeypatch: pytest.MonkeyPatch, block: int = 1 << 20
+) -> tuple[ScanResult, list[bool]]:
+    """The scan with the lane on is the scan with it off; returns the on one and
+    whether each block went the lane's way."""
+    off = _scan(path, monkeypatch, False, block)
+    taken: list[bool] = []
+    real = lane.try_block
+
+    def spy(*args: Any) -> int | None:
+        got = real(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(lane, "try_block", spy)
+    on = _scan(path, monkeypatch, True, block)
+    assert on.hits == off.hits
+    assert on.members == off.members
+    assert on.skipped == off.skipped
+    assert on.recognised == off.recognised
+    assert (on.lines_read, on.bytes_read) == (off.lines_read, off.bytes_read)
+    return on, taken
+
+
+@pytest.mark.parametrize("path", SAMPLES + CORPUS_LOGS, ids=lambda p: p.name)
+def test_samples_and_corpus_through_the_lane_match_line_by_line(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _assert_lane_exact(path, monkeypatch, block=2048)
+
+
+@pytest.mark.parametrize("profile", ["vllm", "vllm-stats", "vllm-requests", "sglang-dense"])
+@pytest.mark.parametrize("block", [4096, 1 << 16])
+def test_generated_logs_through_the_lane_match_line_by_line(
+    profile: str, block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / f"{profile}.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES[profile](f, 600_000, 3)
+    _, taken = _assert_lane_exact(path, monkeypatch, block)
+    if profile == "vllm-stats":
+        # a quiet server's stats lines: nearly every block is the lane's
+        assert sum(taken) >= len(taken) - 2 and len(taken) > 8
+    if profile == "sglang-dense":
+        assert not any(taken)  # SGLang's batch lines need look-arounds
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("block", [1500, 8192, 1 << 20])
+def test_two_engines_across_midnight_with_odd_lines_match_line_by_line(
+    seed: int, block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stamps that move the clock otherwise, glued records, ips in the process tag,
+    # 64-bit overflows among the plain lines: the blocks holding them go line by line.
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(_stats_log(seed, 3000)) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch, block)
+    assert any(h.rollup and h.rollup.preempting for h in on.hits)
+    assert not all(taken)  # ~4 % of the lines are odd
+
+
+def _plain_log(
+    n: int, start: datetime, step: int, seed: int, preempting: float = 0.05
+) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    t = start
+    for i in range(n):
+        t += timedelta(seconds=step)
+        pre = f"Preemptions: {rng.randrange(1, 5)}, " if rng.random() < preempting else ""
+        out.append(
+            f"(APIServer pid=1) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 000: Avg "
+            f"prompt throughput: {rng.uniform(0, 900):.1f} tokens/s, Avg generation "
+            f"throughput: {rng.uniform(0, 90):.1f} tokens/s, Running: {rng.randrange(9)} reqs, "
+            f"Waiting: {rng.choice([0, 0, 2])} reqs, {pre}GPU KV cache usage: "
+            f"{rng.choice([0.0, 50.5, 99.9, 99.9])}%, Prefix cache hit rate: 1.0%"
+        )
+        if i % 97 == 5:
+            out.append('(APIServer pid=1) INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK')
+    return out
+
+
+@pytest.mark.parametrize(
+    "start",
+    [datetime(2025, 12, 31, 23, 50), datetime(2025, 2, 28, 23, 55), datetime(2025, 6, 3, 0, 0)],
+    ids=["new-year", "end-of-february", "plain-day"],
+)
+@pytest.mark.parametrize("step", [1, 7, 10, 61])
+def test_month_day_changes_and_steps_inside_a_block(
+    start: datetime, step: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("\n".join(_plain_log(2500, start, step, step)) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch, 16384)
+    assert all(taken)
+    assert sum(h.rollup.stats.n if h.rollup else 1 for h in on.hits) == 2500
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        lambda s: s.replace("INFO 06-03", "INFO 02-30"),  # no such day: no stamp
+        lambda s: regex.sub(r"06-03 \d\d:", "06-03 24:", s, count=1),  # no such hour
+        lambda s: s + " prompt: 'x'",  # request text
+        lambda s: s.replace("Prefix cache", "Préfix cache"),  # not ASCII
+        lambda s: s + "\t",  # a control character
+        lambda s: s + " " + s,  # two records glued on one line
+        lambda s: s.replace("[loggers.py:236]", "[repeated 2x across cluster] [loggers.py:236]"),
+        lambda s: s.replace("Running: ", "Running: " + "9" * 30, 1),  # past 64 bits
+        lambda s: s.replace("(APIServer pid=1)", "(APIServer pid=1, ip=10.0.0.1)"),
+        lambda s: s.replace("Engine 000: ", "") + " Running: 1 reqs, Waiting: 2 reqs",
+        lambda s: "INFO 01-28 10:11:12 loggers.py:21] Running: 12 reqs, Waiting: 5 reqs",
+    ],
+    ids=[
+        "feb-30",
+        "hour-24",
+        "request-text",
+        "not-ascii",
+        "tab",
+        "glued",
+        "ray-repeat",
+        "overflow",
+        "ip",
+        "v070-tail",
+        "v070-line",
+    ],
+)
+def test_one_odd_line_sends_its_block_line_by_line(
+    odd: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = _plain_log(600, datetime(2025, 6, 3, 0, 0), 10, 1)
+    lines = [ln for ln in lines if "GET /health" not in ln]
+    lines[300] = odd(lines[300])
+    path = tmp_path / "odd.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _, taken = _assert_lane_exact(path, monkeypatch, 1 << 20)
+    assert taken == [False]
+
+
+def test_a_rollup_open_at_a_block_end_carries_on_into_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lines a second apart: every block ends inside a minute, whose lines the next
+    # block's first lines join (through the sink, as line by line).
+    path = tmp_path / "dense.log"
+    path.write_text(
+        "\n".join(_plain_log(3000, datetime(2025, 6, 3, 0, 0), 1, 2, 0.0)) + "\n", encoding="utf-8"
+    )
+    for block in (700, 3000, 9000):
+        on, taken = _assert_lane_exact(path, monkeypatch, block)
+        assert all(taken)
+        assert [h.rollup.stats.n if h.rollup else 1 for h in on.hits[1:-1]] == [60] * (
+            len(on.hits) - 2
+        )
+
+
+def test_report_through_the_lane_is_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "stats.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES["vllm-stats"](f, 900_000, 5)
+    outs = []
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
+    for on in (False, True):
+        monkeypatch.setattr(lane, "ENABLED", on)
+        for fmt in ("json", "markdown"):
+            code = main(["analyze", str(path), "--format", fmt, "--year", "2026", "--jobs", "1"])
+            outs.append((code, capsys.readouterr().out))
+    assert outs[:2] == outs[2:]
+    assert '"class": "healthy"' in outs[0][1]
+
+
+def test_zero_test_turns_a_leading_look_behind_into_not_preceded_by() -> None:
+    rw = SIGS["vllm.v1.stats_running_waiting"]
+    z = lane.zero_test(rw.pattern)
+    assert z is not None and bulk.rust_ok(z)
+    assert z.startswith("(?:^.{0,9}|")
+    assert lane.zero_test(SIGS["sglang.stats.decode"].pattern) is None or bulk.rust_ok(
+        str(lane.zero_test(SIGS["sglang.stats.decode"].pattern))
+    )
+
+
+_ALPHABET = "tokens/, RuniWaigq:0123456789GPUKVx"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_ALPHABET, max_size=60))
+def test_the_zero_test_finds_something_wherever_the_pattern_matches(text: str) -> None:
+    import polars as pl
+
+    for sid in ("vllm.v1.stats_running_waiting", "vllm.v1.stats", "vllm.v0.stats"):
+        sig = SIGS[sid]
+        z = lane.zero_test(sig.pattern)
+        assert z is not None
+        probe = f"Running: 1 reqs, Waiting: 2 reqs{text}"
+        for t in (text, probe, "tokens/s, " + probe, text + probe):
+            if regex.search(sig.pattern, t):
+                assert pl.Series([t]).str.contains(z)[0], (sid, t)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab1_ .-", max_size=30))
+def test_ascii_spelling_matches_as_the_unicode_classes_on_ascii_text(text: str) -> None:
+    import polars as pl
+
+    for pattern in (r"\d+\.\d", r"\w+ \s?\d", r"[\w.]+:\d+", r"\bab\b", r"[^\d]+"):
+        spelt = lane.ascii_only(pattern)
+        assert spelt is not None
+        found = pl.Series([text]).str.count_matches(spelt)[0]
+        assert found == len(regex.findall(pattern, text)), (pattern, text)
