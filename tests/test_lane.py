@@ -143,6 +143,7 @@ def test_month_day_changes_and_steps_inside_a_block(
         lambda s: s.replace("Prefix cache", "Préfix cache"),  # not ASCII
         lambda s: s + "\t",  # a control character
         lambda s: s + " " + s,  # two records glued on one line
+        lambda s: s + " (EngineCore_DP0 pid=3) INFO 06-03 00:50:00 [core.py:9] done",
         lambda s: s.replace("[loggers.py:236]", "[repeated 2x across cluster] [loggers.py:236]"),
         lambda s: s.replace("Running: ", "Running: " + "9" * 30, 1),  # past 64 bits
         lambda s: s.replace("(APIServer pid=1)", "(APIServer pid=1, ip=10.0.0.1)"),
@@ -156,6 +157,7 @@ def test_month_day_changes_and_steps_inside_a_block(
         "not-ascii",
         "tab",
         "glued",
+        "glued-other",
         "ray-repeat",
         "overflow",
         "ip",

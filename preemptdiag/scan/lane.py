@@ -314,16 +314,17 @@ def _find(matcher: Matcher, c: pl.Series) -> tuple[Signature, pl.DataFrame] | No
         return None  # a line that is no candidate of it: matched otherwise
     if zero and c.str.contains("|".join(f"(?:{z})" for z in zero)).any():
         return None
-    # One record in each line, opening at its start: the hit's text is then the line
-    # (cut), as Marks.record_text finds it.
-    starts = ascii_only(_RECORD_START.pattern) or _RECORD_START.pattern
-    if not ((c.str.find(starts) == 0).all() and (c.str.count_matches(starts) == 1).all()):
-        return None
     heads = c.str.extract_groups(ascii_only(_HEAD) or _HEAD).struct.unnest()
     head = heads.get_column("bulk_head_").str.len_chars()
     if head.null_count() or not (
         (c.str.find(pattern) == head).all() and (c.str.count_matches(pattern) == 1).all()
     ):
+        return None
+    # One record in each line, the one its head opens (a record start matches there,
+    # ending at the stamp; none can start in the `[file:line] ` after it): the hit's
+    # text is then the line (cut), as Marks.record_text finds it.
+    starts = ascii_only(_RECORD_START.pattern) or _RECORD_START.pattern
+    if c.str.slice(head).str.contains(starts).any():
         return None
     # The match starts right after the head (a space), so it reads the same there as
     # in the whole line: a `\\b` sees a non-word character either way, `^` is refused.
