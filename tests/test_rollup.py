@@ -476,3 +476,25 @@ def test_seed_8081_index_12465_two_streams_glued_on_one_line(tmp_path: Path) -> 
     assert [(w.start.minute if w.start else None, w.n_stats) for w in rolled.report.windows] == [
         (7, 5)
     ]
+
+
+def test_seed_8081_index_8048_two_streams_glued_at_one_second(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 8081, input 8048: SGLang prefill and decode records
+    # glued on one line): two streams' lines at one second on one line, KV tied.
+    # Evidence took the first, and waiting_last the last, in the order the events
+    # came in, and rollups list a member at its carrier's place (DP1's carrier is the
+    # earlier): rollup on picked DP1's line as the peak and DP0's as the last, off the
+    # other way round. Ties go by where a record starts in its line.
+    a, b = "(EngineCore_DP0 pid=1) ", "(EngineCore_DP1 pid=2) "
+    lines = [
+        _v0("16:07:20", 1, a).replace("90.0%", "50.0%"),
+        _v0("16:07:28", 2, a).replace("90.0%", "99.0%")
+        + _v0("16:07:10", 3, b).replace("90.0%", "40.0%")
+        + _v0("16:07:28", 4, b).replace("90.0%", "99.0%"),
+    ]
+    path = tmp_path / "glued_tie.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    ((window, peak),) = [(w, e) for w in rolled.report.windows for e in w.evidence]
+    assert peak.text.startswith(a + "INFO 11-04 16:07:28")
+    assert window.waiting_last == 4

@@ -396,6 +396,7 @@ def new_hit(
         pod=head.pod,
         uptime=head.uptime,
         engine=sig.engine,
+        pos=start,
     )
 
 

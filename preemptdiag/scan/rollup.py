@@ -310,6 +310,7 @@ def _with(h: Hit, fields: Mapping[str, FieldValue], text: str, rollup: Rollup[Hi
         h.uptime,
         rollup,
         h.engine,
+        h.pos,
     )
 
 

@@ -405,6 +405,7 @@ def _event(
         lower_bound=lower,
         repeat=h.repeat,
         rollup=rollup,
+        pos=h.pos,
     )
 
 
