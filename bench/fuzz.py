@@ -403,7 +403,16 @@ def seed_files() -> list[Path]:
         for p in d.rglob("*")
         if p.is_file() and p.suffix in SEED_SUFFIXES and p.stat().st_size < 2_000_000
     }
-    return sorted(found)
+    # Ordered by where a file is relative to its folder, repository files first, not by
+    # absolute path: input i of seed S must be the same input in every checkout (a
+    # worktree under /tmp once sorted the repository's logs after the shared corpus).
+    return sorted(found, key=_seed_key)
+
+
+def _seed_key(p: Path) -> tuple[int, tuple[str, ...]]:
+    if p.is_relative_to(ROOT):
+        return 0, p.relative_to(ROOT).parts
+    return 1, p.relative_to(SHARED_CORPUS).parts if p.is_relative_to(SHARED_CORPUS) else p.parts
 
 
 def _read_seed(p: Path) -> bytes:

@@ -548,3 +548,22 @@ def test_glued_records_without_record_marks_take_linear_time(tmp_path: Path) -> 
     assert time.monotonic() - t0 < 15  # ~1 s
     assert len(result.hits) == 3000
     assert all(len(h.text) <= MAX_EVIDENCE_CHARS + 2 for h in result.hits)
+
+
+@pytest.mark.parametrize("digits", [19, 400, 5000])
+def test_seed_9091_index_733_a_ray_repeat_count_past_64_bits_is_no_repeat_marker(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, digits: int
+) -> None:
+    # Found by bench/fuzz.py (seed 9091, input 733): `[repeated 444…x across cluster]`
+    # with 400 digits multiplied a warning's preemption into an int past any float
+    # (OverflowError, exit 3); 5000 digits are past int()'s own limit. No count Ray
+    # prints has more than 18 digits: the marker is not read, the line counts once.
+    warn = (
+        "WARNING 06-16 17:21:00 scheduler.py:1481] Sequence group 1 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+        "total_num_cumulative_preemption=1"
+    )
+    log = tmp_path / "repeated.log"
+    log.write_text(f"{warn} [repeated {'4' * digits}x across cluster]\n")
+    r = report(capsys, str(log), "--year", "2025")
+    assert sum(w["preemptions"] for w in r["windows"]) == 1  # type: ignore[index, union-attr]

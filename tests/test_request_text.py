@@ -186,6 +186,16 @@ def _wrap(line: str, width: int) -> list[str]:
     return [line[i : i + width] for i in range(0, len(line), width)]
 
 
+def _glued_pieces(pieces: list[str]) -> list[str]:
+    # the first piece glued after another line's end, the middle ones to each other
+    assert len(pieces) >= 3
+    return ["request processing complete" + pieces[0], "".join(pieces[1:-1]), pieces[-1]]
+
+
+_OPENAI_ERROR = f"openai.BadRequestError: Error code: 400 - message='{CANARY} {RETRACT} {CANARY}'"
+_OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first piece
+
+
 @pytest.mark.parametrize(
     "lines",
     [
@@ -211,6 +221,15 @@ def _wrap(line: str, width: int) -> list[str]:
             *_wrap(f"{CANARY} {RETRACT} {CANARY}",
                    len(VL.format(s=3) + 'request prompt="hi" max_tokens=16P')),
         ],
+        # found by bench/fuzz.py (seed 8081, input 9045): an OpenAI error's `message='`
+        # wrapped, the pieces' line ends turned into \r (mixed line ends): one line
+        # whose key is cut by a \r
+        ["\r".join(_wrap(VL.format(s=3) + _OPENAI_ERROR,
+                          len(VL.format(s=3) + _OPENAI_ERROR_CUT)))],
+        # found by bench/fuzz.py (seed 8081, input 774): a `Prompt:` line wrapped with
+        # its key cut (`…Promp` / `t: …`), the pieces then glued to other lines and to
+        # each other: no longer as wide as the wrap, but the key still runs across
+        _glued_pieces(_wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 40)),
     ],
     ids=[
         "glued_langchain",
@@ -220,6 +239,8 @@ def _wrap(line: str, width: int) -> list[str]:
         "json_key_cut",
         "carriage_return_inside",
         "wrapped_key_at_a_lines_end_then_wrapped_body",
+        "seed_8081_index_9045_key_cut_by_a_carriage_return",
+        "seed_8081_index_774_key_cut_by_a_wrap_then_glued",
     ],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(

@@ -424,3 +424,77 @@ def test_a_stamp_that_is_no_time_inside_a_minute_closes_its_rollups(tmp_path: Pa
     rolled = _assert_same_report([path], time=TimeContext(year=2026))
     (peak,) = [e for e in rolled.report.verdict.evidence if "99.6%" in e.text]
     assert peak.ts is not None and (peak.ts.minute, peak.ts.second) == (35, 40)
+
+
+_V0_STATS = (
+    "{proc}INFO 11-04 {t} metrics.py:349] Avg prompt throughput: 1.0 tokens/s, Avg "
+    "generation throughput: 2.0 tokens/s, Running: 5 reqs, Swapped: 0 reqs, Pending: "
+    "{w} reqs, GPU KV cache usage: 90.0%, CPU KV cache usage: 0.0%."
+)
+
+
+def _v0(t: str, w: int, proc: str = "") -> str:
+    return _V0_STATS.format(proc=proc, t=t, w=w)
+
+
+def test_seed_8081_index_12465_a_record_glued_after_a_member_on_its_line(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 8081, input 12465): a member (16:06:50) with the
+    # next minute's first record glued after it; the line below, its stamp no time
+    # (`00-00`), took the member's time (window 16:06), not the glued record's
+    # (16:07) as line by line: prompt tok/s 5.9x against 5.7x.
+    lines = [
+        _v0("16:06:40", 1),
+        _v0("16:06:50", 2) + _v0("16:07:12", 3),
+        _v0("16:07:20", 4).replace("11-04 16:07:20", "00-00 00:00:00"),
+    ]
+    path = tmp_path / "glued_next_minute.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert [
+        (w.start.minute if w.start else None, w.waiting_last) for w in rolled.report.windows
+    ] == [
+        (6, 2),
+        (7, 4),
+    ]
+
+
+def test_seed_8081_index_12465_two_streams_glued_on_one_line(tmp_path: Path) -> None:
+    # The same family with two streams: both rollups' members on one glued line, the
+    # earlier carrier's member last; an unstamped line below takes the later record's
+    # time (16:07:50, stream A), as line by line, not the later carrier's member's.
+    a, b = "(EngineCore_DP0 pid=1) ", "(EngineCore_DP1 pid=2) "
+    lines = [
+        _v0("16:07:00", 1, a),
+        _v0("16:07:05", 2, b),
+        _v0("16:07:20", 3, b) + _v0("16:07:50", 4, a),
+        "Traceback (most recent call last):",
+        _v0("16:08:40", 6, a).replace("11-04 16:08:40", "99-99 99:99:99"),
+    ]
+    path = tmp_path / "glued_two_streams.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    assert [(w.start.minute if w.start else None, w.n_stats) for w in rolled.report.windows] == [
+        (7, 5)
+    ]
+
+
+def test_seed_8081_index_8048_two_streams_glued_at_one_second(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (seed 8081, input 8048: SGLang prefill and decode records
+    # glued on one line): two streams' lines at one second on one line, KV tied.
+    # Evidence took the first, and waiting_last the last, in the order the events
+    # came in, and rollups list a member at its carrier's place (DP1's carrier is the
+    # earlier): rollup on picked DP1's line as the peak and DP0's as the last, off the
+    # other way round. Ties go by where a record starts in its line.
+    a, b = "(EngineCore_DP0 pid=1) ", "(EngineCore_DP1 pid=2) "
+    lines = [
+        _v0("16:07:20", 1, a).replace("90.0%", "50.0%"),
+        _v0("16:07:28", 2, a).replace("90.0%", "99.0%")
+        + _v0("16:07:10", 3, b).replace("90.0%", "40.0%")
+        + _v0("16:07:28", 4, b).replace("90.0%", "99.0%"),
+    ]
+    path = tmp_path / "glued_tie.log"
+    path.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([path], time=TimeContext(year=2026))
+    ((window, peak),) = [(w, e) for w in rolled.report.windows for e in w.evidence]
+    assert peak.text.startswith(a + "INFO 11-04 16:07:28")
+    assert window.waiting_last == 4

@@ -112,6 +112,10 @@ class Hit:
     # Who printed it, from the signature: vllm, sglang, any (either engine), or the
     # system around it (system, k8s, docker, ray).
     engine: str = ""
+    # Where the match starts in its line's text: records glued on one line (a lost
+    # newline) share the line number and often the stamp; this orders them the same
+    # way whatever order the hits come in (rollups list a member at its carrier's).
+    pos: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,7 @@ class Event:
     repeat: int = 1
     rollup: Rollup[Event] | None = None  # later stats lines of the same stream and minute
     engine: str = ""  # as on the Hit; "prometheus" for a /metrics scrape
+    pos: int = 0  # as on the Hit
 
     @property
     def lines(self) -> int:

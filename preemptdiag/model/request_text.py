@@ -138,7 +138,22 @@ def is_closed(value: str) -> bool:
 
 
 def spans(text: str) -> list[Span]:
-    """The request text in one line, left to right."""
+    """The request text in one line, left to right.
+
+    A \r in a raw line joins what it separates: a line a terminal wrapped whose
+    newlines became \r (mixed line ends) holds its key cut in two (`mes\rsage='…`),
+    and the key must be found whole (fuzz seed 8081 input 9045)."""
+    if "\r" not in text:
+        return _spans(text)
+    kept = [i for i, c in enumerate(text) if c != "\r"]
+    kept.append(len(text))
+    return [
+        Span(kept[sp.start], kept[sp.end], sp.open, sp.shape)
+        for sp in _spans(text.replace("\r", ""))
+    ]
+
+
+def _spans(text: str) -> list[Span]:
     names = triggered(text)
     if not names:
         return []

@@ -312,7 +312,7 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
     made = partial(new_hit, source, lineno, sig, fields, text, r.start, r.end, head)
     if result.sink is not None and sig.kind is Kind.STATS:
-        _to_sink(result.sink, _Deferred(made), r, fields, head)
+        _to_sink(result.sink, _Deferred(made), lineno, r, fields, head)
     else:
         result.add(made())
     result.recognised[sig.family] += 1
@@ -335,7 +335,12 @@ class _Deferred:
 
 
 def _to_sink(
-    sink: RollupSink, d: _Deferred, r: _Ready, fields: dict[str, FieldValue], head: Stamps
+    sink: RollupSink,
+    d: _Deferred,
+    lineno: int,
+    r: _Ready,
+    fields: dict[str, FieldValue],
+    head: Stamps,
 ) -> None:
     """RollupSink.add of d's hit, with the parts of the hit the sink reads worked out
     as new_hit works them out, but without making it: most stats lines only add to
@@ -354,4 +359,4 @@ def _to_sink(
         # stream key looks for in it is only worth finding there when the line has it.
         evidence = cut(ln.record_text(text, start, r.end)) if " llm_engine.py:" in text else ""
         key = key_of(r.sig.id, proc, head.pod, wrapper, fields, evidence)
-    sink.add_ref(d, fields, when, key)
+    sink.add_ref(d, fields, when, key, lineno)

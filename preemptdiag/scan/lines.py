@@ -38,7 +38,9 @@ ENGINE_TS = regex.compile(
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)"
 )
 _PROC = regex.compile(r"\((?P<name>[^()\n]{1,80}?) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.:a-f]+))?\)")
-_REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]")
+# (at most 18 digits: a count past 64 bits is no count Ray prints, and times a
+# preemption count it was past any float: fuzz seed 9091 input 733)
+_REPEATED = regex.compile(r"\[repeated (?P<n>\d{1,18})x across cluster\]")
 _SGLANG_RANK = regex.compile(r"(?:DP\d+ )?(?:PP\d+ )?TP\d+")
 
 

@@ -401,6 +401,7 @@ def new_hit(
         pod=head.pod,
         uptime=head.uptime,
         engine=sig.engine,
+        pos=start,
     )
 
 
@@ -495,9 +496,26 @@ def _decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
         found = request_text.spans(above)
         if found and found[-1].end >= len(above) and found[-1].open is not None:
             return _left_open(above, text, between)
+        if not between:
+            cut = _key_cut(above, text, found)
+            if cut is not None:
+                return cut
         if starts_record(above):
             return None
         between.append(above)
+    return None
+
+
+def _key_cut(above: str, text: str, found: Sequence[request_text.Span]) -> int | None:
+    """How much of `text` is request text whose key the line end above cut in two
+    (`…Promp` / `t: …`), whatever the widths: pieces of a wrapped line glued to other
+    lines are no longer as wide as the wrap (fuzz seed 8081 input 774). None if no
+    key runs across the line end."""
+    off = len(above)
+    starts = {sp.start for sp in found}
+    for sp in request_text.spans(above + text):
+        if sp.start < off < sp.end and sp.start not in starts:
+            return min(sp.end - off, len(text))
     return None
 
 

@@ -214,11 +214,13 @@ def resolve_times(
             if h.rollup and h.rollup.last.line >= member[0]:
                 member = (h.rollup.last.line, member_time(h.rollup.last, h, t))
                 member_last = True
-        elif last_line <= member[0] < h.line or (
-            # glued on the member's own line: the sink had added the member (else the
-            # member would carry a rollup of its own), so this record follows it
-            member[0] == h.line and (member_last or last_line < member[0])
-        ):
+        elif (member_last or last_line < member[0]) and member[0] <= h.line:
+            # The member came after the last stamped hit. On the member's own line, a
+            # stamped hit of its own follows it (the sink lets members join only at a
+            # line's start or right after their rollup's hits): it is later unless it
+            # is the carrier that set `member`. A record glued after the member on its
+            # line follows it too (the sink had added the member, else the member
+            # would carry a rollup of its own).
             t = member[1]
         filled.append((h, t if t is not None else last))
     return filled
@@ -403,6 +405,7 @@ def _event(
         lower_bound=lower,
         repeat=h.repeat,
         rollup=rollup,
+        pos=h.pos,
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from builders import make_event
 
 from preemptdiag.model.config import Thresholds
-from preemptdiag.model.records import Kind
+from preemptdiag.model.records import Kind, Rollup, RollupStats
 from preemptdiag.timeline.windows import build_windows
 
 
@@ -62,3 +62,36 @@ def test_a_spread_count_says_over_how_many_windows() -> None:
     ws = build_windows(events, 60, Thresholds())  # type: ignore[arg-type]
     assert [w.preemptions_spread_over for w in ws] == [3, 3, 3]
     assert [w.preemptions for w in ws] == [17.67, 16.67, 16.67]  # 1 + 50/3, 50/3, 50/3
+
+
+# KV usages (percent, two decimals as engines print them) whose mean, 60.0903125, is a
+# tie at 6 decimals; found by search, the kind of window fuzz seed 5051 input 1417 had.
+_TIED = [74.49, 75.53, 57.47, 93.01, 91.35, 74.80, 79.72, 36.34, 53.19, 27.20, 43.93,
+         78.60, 50.71, 49.69, 82.61, 92.10, 84.82, 83.12, 96.32, 66.62, 51.09, 34.04,
+         80.10, 83.86, 60.06, 12.34, 55.94, 1.37, 31.35, 17.39, 9.62, 94.11]  # fmt: skip
+
+
+def _rollup(values: list[float]) -> object:
+    """One event standing for `values`' stats lines, summed as rollup.Builder sums."""
+    first, last = (make_event(Kind.STATS, {"kv_usage": v}) for v in (values[0], values[-1]))
+    total = 0.0
+    for v in values:
+        total += v
+    n, none = len(values), (None,) * 5
+    stats = RollupStats(n, 0, False, (total, *(0.0,) * 5), (n, *(0,) * 5),
+                        (max(values), *none), 0, max(values), None)  # fmt: skip
+    return replace(first, rollup=Rollup(stats, last, first, ()))
+
+
+def test_seed_5051_index_1417_a_mean_at_a_rounding_tie_is_the_same_from_partial_sums() -> None:
+    # Found by bench/fuzz.py (seed 5051, input 1417): a --jobs range cut a rollup, and
+    # the two partial sums added up to a hair below the line-by-line sum: the mean,
+    # rounded to 6 decimals, came out 7.179687 one way and 7.179688 the other. The
+    # sum is snapped to 6 decimals before the division (2432f28).
+    lines = [make_event(Kind.STATS, {"kv_usage": v}) for v in _TIED]
+    halves = [_rollup(_TIED[:16]), _rollup(_TIED[16:])]
+    means = [
+        [w.kv_mean for w in build_windows(evs, 60, Thresholds())]  # type: ignore[arg-type]
+        for evs in (lines, halves)
+    ]
+    assert means == [[60.090312], [60.090312]]
