@@ -437,6 +437,7 @@ def _hit(source: str, r: _Rows, i: int) -> Hit:
         None,
         None,
         r.sig.engine,
+        r.start[i],
     )
 
 
@@ -497,12 +498,17 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
                 _feed(source, r, i, sink)
         else:
             _close_segment(source, r, aggs[seg], sink)
+    # As the sink leaves it line by line: the line added last (each of these lines
+    # holds one hit, so the next line's first hit may join any rollup).
+    sink.line, sink.went_to = r.lineno[-1], sink.went_to if edge else None
 
 
 def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> None:
     fields = _fields(r, i)
     made = partial(_hit, source, r, i)
-    sink.add_ref(_Deferred(made), fields, stamp_of(None, r.ts[i]), _key(r, i, fields))
+    sink.add_ref(
+        _Deferred(made), fields, stamp_of(None, r.ts[i]), _key(r, i, fields), r.lineno[i]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,4 +656,5 @@ def _slim(source: str, r: _Rows, i: int, fields: dict[str, FieldValue]) -> Hit:
         None,
         None,
         r.sig.engine,
+        r.start[i],
     )
