@@ -51,3 +51,22 @@ def test_init_false_and_post_init_behave_as_with_replace() -> None:
         evolve(Derived(1), b=2)
     with pytest.raises(ValueError, match="b < 0"):
         evolve(Checked(1, 2), b=-1)
+
+
+def test_the_gc_pause_restores_what_it_found() -> None:
+    import gc
+
+    from preemptdiag.model.gcpause import cyclic_gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), cyclic_gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()

@@ -6,7 +6,6 @@ every format agrees on it.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import os
 import threading
@@ -36,6 +35,7 @@ from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.model.errors import DiagError
+from preemptdiag.model.gcpause import cyclic_gc_paused
 from preemptdiag.model.records import (
     Class,
     EngineInfo,
@@ -263,26 +263,8 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     results = scan_sources(
         logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
     )
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _judged(opts, results, logs, proms)
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while the scan's results are judged.
-
-    Little there makes reference cycles, but it makes millions of objects while
-    the scan's are alive, and each full collection walks all of them again: on a
-    month of stats lines that was ~20 % of everything after the scan. Garbage
-    still goes by reference counting; any cycle waits for the next collection.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _judged(
