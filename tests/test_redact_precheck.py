@@ -121,3 +121,31 @@ def test_a_cached_line_and_a_long_line_are_redacted_every_time() -> None:
     assert r.redact(line) == want  # from the cache
     long = line + " " + "x" * (r._CACHED_LEN + 10)
     assert r.redact(long) == want + " " + "x" * (r._CACHED_LEN + 10)
+
+
+def test_evidence_shared_by_two_windows_is_redacted_in_both() -> None:
+    import dataclasses
+
+    from builders import make_event, make_window
+
+    from preemptdiag.commands.analyze import _redact_window
+    from preemptdiag.model.records import Kind
+
+    secret = dataclasses.replace(
+        make_event(Kind.PREEMPTION, {"cumulative": 51}),
+        text="WARNING preempted; retry with api_key=" + "Zk" * 10,
+    )
+    calm = make_event(Kind.STATS, {"kv_usage": 50.0}, minute=1)
+    first, second, third = (
+        make_window(0, evidence=(secret, calm)),
+        make_window(1, evidence=(secret,)),
+        make_window(2, evidence=(calm,)),
+    )
+    redactor = r.Redactor()
+    got = [_redact_window(w, redactor) for w in (first, second, third)]
+    for w in got[:2]:
+        assert w.evidence[0].text == "WARNING preempted; retry with api_key=[REDACTED:api_key]"
+    assert got[0].evidence[1] is calm  # nothing to redact: kept, not copied
+    assert got[2] is third
+    off = [_redact_window(w, r.Redactor(enabled=False)) for w in (first, second)]
+    assert off[0] is first and off[1] is second

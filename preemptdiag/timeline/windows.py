@@ -141,27 +141,12 @@ _KV, _RUNNING, _WAITING, _SWAPPED, _PROMPT, _GEN = (
     AGG_FIELDS.index(k)
     for k in ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
 )
-# The stats cells of an event that is no stats line, in _COLUMNS order (kv_max ... gen_n).
-_NO_STATS = (
-    None,
-    None,
-    0,
-    None,
-    None,
-    0,
-    None,
-    None,
-    None,
-    0,
-    0,
-    None,
-    None,
-    None,
-    None,
-    0,
-    None,
-    0,
-)
+# The stats cells of an event that is no stats line, in _COLUMNS order (kv_max ...
+# gen_n): no values, and counts (of lines with a value, with Waiting > 0) of 0.
+_STATS_COLUMNS = tuple(_COLUMNS)[
+    tuple(_COLUMNS).index("kv_max") : tuple(_COLUMNS).index("gen_n") + 1
+]
+_NO_STATS = tuple(0 if c.endswith("_n") or c == "waiting_pos" else None for c in _STATS_COLUMNS)
 
 
 def _stats_cells(e: Event) -> tuple[Any, ...]:
