@@ -7,7 +7,6 @@ looks at consecutive windows of one replica. Thresholds come from config.Thresho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from itertools import groupby
 
 from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story, queueing_why
@@ -16,6 +15,7 @@ from preemptdiag.diagnose.visibility import (
 )
 from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
+from preemptdiag.model.evolve import evolve
 from preemptdiag.model.records import Class, Confidence, Event, Kind, Verdict, Window
 
 # Most severe first. insufficient_evidence sits above benign: a suspected loop that
@@ -120,7 +120,7 @@ def classify(
                     continue
                 exact = not w.preemptions_lower_bound and w.n_stats > 0
                 result.append(
-                    replace(
+                    evolve(
                         w,
                         cls=Class.THRASH_LOOP,
                         confidence=Confidence.HIGH if exact else Confidence.MEDIUM,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from preemptdiag.diagnose.stories import alloc_why
 from preemptdiag.diagnose.visibility import Visibility
 from preemptdiag.model.config import Thresholds
+from preemptdiag.model.evolve import evolve
 from preemptdiag.model.records import Class, Confidence, Window
 
 _CONF_ORDER = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
@@ -45,7 +46,7 @@ def _stats_confidence(w: Window) -> Confidence:
 
 
 def _set(w: Window, cls: Class, conf: Confidence, why: str) -> Window:
-    return replace(w, cls=cls, confidence=conf, why=why)
+    return evolve(w, cls=cls, confidence=conf, why=why)  # replace, faster (every window)
 
 
 def allocation_failure(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from preemptdiag.model.errors import DiagError
+from preemptdiag.model.gcpause import cyclic_gc_paused
 from preemptdiag.model.records import Report
 from preemptdiag.render.episodes import TimelineMode
 
@@ -75,6 +76,11 @@ def render(
     default. SARIF carries no timeline."""
     fmt = Format(fmt)  # also accepts the plain string value
     mode = DEFAULT_TIMELINE[fmt] if timeline is None else timeline_mode(timeline)
+    with cyclic_gc_paused():  # a month of windows: a million strings (gcpause.py)
+        return _render(report, fmt, color, width, mode)
+
+
+def _render(report: Report, fmt: Format, color: bool, width: int, mode: TimelineMode) -> str:
     if fmt is Format.TERMINAL:
         terminal: Callable[..., str] = __getattr__("render_terminal")
         return terminal(report, color=color, width=width, timeline=mode)

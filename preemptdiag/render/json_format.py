@@ -6,9 +6,9 @@ field is compatible. The exit code is deliberately absent: the CLI owns it.
 
 from __future__ import annotations
 
+import functools
 import json
-import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -229,6 +229,71 @@ def render_json(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -
     for i, w in enumerate(shown):
         if i:
             parts.append(",\n")
-        parts.append(textwrap.indent(json.dumps(window_dict(w), indent=2, allow_nan=False), "    "))
+        parts.append("    " + dumps_indented(window_dict(w), "    "))
     parts += ["\n  ]", tail, "\n"]
     return "".join(parts)
+
+
+_quoted: Callable[[str], str] = json.encoder.encode_basestring_ascii
+_INF = float("inf")
+
+
+def _float(v: float) -> str:
+    if v != v or v == _INF or v == -_INF:
+        raise ValueError(f"Out of range float values are not JSON compliant: {v!r}")
+    return float.__repr__(v)
+
+
+# The scalars, by exact type (a subclass, say an IntEnum, goes to json.dumps).
+# "null".format(None) is "null": format ignores an argument it has no field for.
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: _quoted,
+    int: int.__repr__,
+    float: _float,
+    bool: ("false", "true").__getitem__,
+    type(None): "null".format,
+}
+
+
+def dumps_indented(value: Any, indent: str = "") -> str:
+    """json.dumps(value, indent=2, allow_nan=False), every line after the first
+    prefixed by `indent`: the same bytes (test_json_format checks), ~5x faster.
+
+    With `indent` set, json.dumps runs the pure-Python encoder (the C one does only
+    compact output), a generator per container and value: a month of windows took
+    seconds. This handles the types windows hold (dicts with str keys, lists, tuples,
+    str, int, float, bool, None) and hands anything else to json.dumps."""
+    t = type(value)
+    scalar = _SCALARS.get(t)
+    if scalar is not None:
+        return scalar(value)
+    inner = indent + "  "
+    get = _SCALARS.get
+    if t is dict:
+        template = _template(tuple(value), indent)
+        if template is not None:
+            return template.format(
+                *[
+                    scalar(v) if (scalar := get(type(v))) else dumps_indented(v, inner)
+                    for v in value.values()
+                ]
+            )
+    elif t is list or t is tuple:
+        if not value:
+            return "[]"
+        parts = [scalar(v) if (scalar := get(type(v))) else dumps_indented(v, inner) for v in value]
+        return "[\n" + inner + (",\n" + inner).join(parts) + "\n" + indent + "]"
+    return json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n" + indent)
+
+
+@functools.lru_cache(maxsize=256)
+def _template(keys: tuple[object, ...], indent: str) -> str | None:
+    """A str.format template of a dict with these keys at this indent (the values
+    are its fields); None when a key is not a str (json.dumps converts those)."""
+    if not all(type(k) is str for k in keys):
+        return None
+    if not keys:
+        return "{{}}"
+    inner = indent + "  "
+    items = [_quoted(k).replace("{", "{{").replace("}", "}}") + ": {}" for k in keys]  # type: ignore[arg-type]
+    return "{{\n" + inner + (",\n" + inner).join(items) + "\n" + indent + "}}"

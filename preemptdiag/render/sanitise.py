@@ -14,7 +14,9 @@ report is cleaned, not the output, all four formats show the same text.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import regex  # type: ignore[import-untyped, unused-ignore]
@@ -35,7 +37,9 @@ _CONTROL = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u206
 
 def clean(text: str) -> str:
     """`text` without escape sequences; other control characters as U+FFFD."""
-    if _CONTROL.search(text) is None:
+    # isprintable() is false for every character _CONTROL matches (test_sanitise
+    # checks all of Unicode), so a printable text needs no search: 0.5 us, not 3.
+    if text.isprintable() or _CONTROL.search(text) is None:
         return text
     return _CONTROL.sub("\ufffd", _SEQUENCE.sub("", text))
 
@@ -43,28 +47,164 @@ def clean(text: str) -> str:
 def sanitised(obj: T) -> T:
     """`obj` (a report or any part of it) with every string in it cleaned; parts
     with nothing to clean are returned as they are."""
-    return _walk(obj)  # type: ignore[no-any-return]
+    return _Walk().walk(obj)  # type: ignore[no-any-return]
 
 
-def _walk(obj: Any) -> Any:
-    if type(obj) is str:
-        return clean(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+# What a value of a type is to the walk. Decided once per type and run: a month of
+# windows holds a million values, and is_dataclass/isinstance(Mapping) per value
+# were most of the time.
+_ATOM, _STR, _DATACLASS, _SEQ, _MAP = range(5)
+
+
+def _kind_of(t: type) -> int:
+    if t is str:
+        return _STR
+    # dataclasses.is_dataclass(obj) and not isinstance(obj, type), for obj of type t
+    if hasattr(t, "__dataclass_fields__") and not issubclass(t, type):
+        return _DATACLASS
+    if t in (tuple, list):
+        return _SEQ
+    if issubclass(t, Mapping):
+        return _MAP
+    return _ATOM
+
+
+Plan = tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], tuple[int, ...], tuple[int, ...]]
+
+
+class _Walk:
+    """One sanitised() call, as fast as a report of a month of windows needs.
+
+    Per value it is the old recursion (strings cleaned; dataclasses, tuples, lists
+    and mappings walked; anything else kept), with what it learns remembered for
+    the rest of the call: what each type is; the distinct texts seen, clean or with
+    their cleaned form; for each combination of value types in a row of values (a
+    dataclass's fields, a tuple, a mapping's keys or values) which positions hold
+    strings and which hold parts to walk (a Window's ints, floats and datetimes are
+    not looked at one by one, and its strings are checked against the clean ones in
+    one set operation); and the result for each dataclass instance or container, by
+    id (the object kept alive so its id is not reused), so evidence shared by
+    windows and the verdict is walked once."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[type, int] = {}
+        self.fields: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+        self.plans: dict[tuple[type, ...], Plan] = {}
+        self.clean: set[str] = set()  # texts seen that are clean
+        self.cleaned: dict[str, str] = {}  # texts seen that are not, cleaned
+        self.done: dict[int, tuple[Any, Any]] = {}
+
+    def kind(self, t: type) -> int:
+        kind = self.kinds.get(t)
+        if kind is None:
+            kind = self.kinds[t] = _kind_of(t)
+        return kind
+
+    def walk(self, obj: Any) -> Any:
+        kind = self.kind(type(obj))
+        if kind == _ATOM:
+            return obj
+        if kind == _STR:
+            return self.text(obj)
+        seen = self.done.get(id(obj))
+        if seen is not None:
+            return seen[1]
+        if kind == _DATACLASS:
+            new = self._dataclass(obj)
+        elif kind == _SEQ:
+            new = self._seq(obj)
+        else:
+            new = self._map(obj)
+        self.done[id(obj)] = (obj, new)
+        return new
+
+    def text(self, obj: str) -> str:
+        # A clean text comes back itself, not an equal one seen before: a part whose
+        # strings are all clean is returned as it is.
+        if obj in self.clean:
+            return obj
+        got = self.cleaned.get(obj)
+        if got is None:
+            got = clean(obj)
+            if got is obj:
+                self.clean.add(obj)
+                return obj
+            self.cleaned[obj] = got
+        return got
+
+    def _plan(self, row: tuple[Any, ...]) -> Plan:
+        """For the types of `row`'s values: a getter of its strings, their positions,
+        and the positions of the other parts to walk."""
+        shape = tuple(map(type, row))
+        plan = self.plans.get(shape)
+        if plan is None:
+            kinds = [self.kind(t) for t in shape]
+            texts = tuple(i for i, k in enumerate(kinds) if k == _STR)
+            parts = tuple(i for i, k in enumerate(kinds) if k not in (_ATOM, _STR))
+            get: Callable[[tuple[Any, ...]], tuple[Any, ...]]
+            if len(texts) == 1:
+                get = partial(_one, texts[0])
+            else:
+                get = operator.itemgetter(*texts) if texts else _none
+            plan = self.plans[shape] = (get, texts, parts)
+        return plan
+
+    def _row(self, row: tuple[Any, ...]) -> dict[int, Any]:
+        """Position -> new value, for the values of `row` the walk changes."""
+        get, texts, parts = self._plan(row)
         changes = {}
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            new = _walk(value)
-            if new is not value:
-                changes[f.name] = new
-        return dataclasses.replace(obj, **changes) if changes else obj
-    if type(obj) in (tuple, list):
-        items = [_walk(v) for v in obj]
-        if all(a is b for a, b in zip(items, obj, strict=True)):
+        if texts and not self.clean.issuperset(get(row)):
+            for i in texts:
+                new = self.text(row[i])
+                if new is not row[i]:
+                    changes[i] = new
+        for i in parts:
+            new = self.walk(row[i])
+            if new is not row[i]:
+                changes[i] = new
+        return changes
+
+    def _dataclass(self, obj: Any) -> Any:
+        t = type(obj)
+        got = self.fields.get(t)
+        if got is None:
+            names = tuple(f.name for f in dataclasses.fields(obj))
+            getter: Callable[[Any], tuple[Any, ...]]
+            if len(names) == 1:
+                getter = partial(_one_attr, operator.attrgetter(names[0]))
+            else:
+                getter = operator.attrgetter(*names) if names else _none
+            got = self.fields[t] = (names, getter)
+        names, values = got
+        changes = self._row(values(obj))
+        if not changes:
             return obj
+        return dataclasses.replace(obj, **{names[i]: v for i, v in changes.items()})
+
+    def _seq(self, obj: tuple[Any, ...] | list[Any]) -> Any:
+        changes = self._row(obj if type(obj) is tuple else tuple(obj))
+        if not changes:
+            return obj
+        items = list(obj)
+        for i, v in changes.items():
+            items[i] = v
         return type(obj)(items)
-    if isinstance(obj, Mapping):
-        pairs = [(_walk(k), _walk(v)) for k, v in obj.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, obj.items(), strict=True)):
+
+    def _map(self, obj: Mapping[Any, Any]) -> Any:
+        if (self.clean.issuperset(obj) or not self._row(tuple(obj))) and not self._row(
+            tuple(obj.values())
+        ):
             return obj
-        return dict(pairs)
-    return obj
+        return dict([(self.walk(k), self.walk(v)) for k, v in obj.items()])
+
+
+def _one(i: int, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (row[i],)
+
+
+def _one_attr(get: Callable[[Any], Any], obj: Any) -> tuple[Any, ...]:
+    return (get(obj),)
+
+
+def _none(_: Any) -> tuple[Any, ...]:
+    return ()

@@ -77,7 +77,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _micros(ts: datetime | None) -> int | None:
-    return None if ts is None else (ts - _EPOCH) // timedelta(microseconds=1)
+    if ts is None:
+        return None
+    d = ts - _EPOCH  # (d // timedelta(microseconds=1)), in integers: a third of the time
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
@@ -86,52 +89,79 @@ def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
 
     A row is one event or one rollup of stats lines (rollup.py). It carries sums,
     counts and maxima, its first and last values, and the order keys of its last
-    line, so the aggregation in build_windows gives what it gives line by line."""
+    line, so the aggregation in build_windows gives what it gives line by line.
+    Rows are made as tuples and turned into columns a chunk at a time (a month of
+    stats lines: a dict of cells and a call per cell were most of build_windows)."""
     cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-    put = {name: col.append for name, col in cols.items()}
+    rows: list[tuple[Any, ...]] = []
     for i, e in enumerate(events):
+        if len(rows) == _CHUNK:
+            _extend(cols, rows)
         is_stats = e.kind is Kind.STATS
-        last = e.rollup.last if e.rollup else e
-        put["idx"](i)
-        put["replica"](e.replica)
-        put["wstart"](window_start(e.ts, seconds))
-        put["kind"](e.kind.value)
-        put["source"](e.source)
-        put["lines"](e.lines)
-        put["stats_lines"](e.lines if is_stats else 0)
-        put["preemptions"](float(e.preemptions))
-        put["lower"](e.lower_bound)
-        put["cumulative"](_int(e.fields.get("cumulative")))
-        for name, value in _stats_cells(e).items():
-            put[name](value)
-        put["last_us"](_micros(last.ts))
-        put["last_line"](last.line)
-        put["last_pos"](last.pos)
-        put["last_sig"](last.sig)
-        if e.rollup is not None:
-            put["peak_kv"](e.rollup.stats.peak_kv)
-            put["peak_running"](e.rollup.stats.peak_running)
+        r = e.rollup
+        last = r.last if r else e
+        if r is not None:
+            peak: tuple[Any, ...] = (r.stats.peak_kv, r.stats.peak_running)
+        elif is_stats:
+            kv = number(e.fields.get("kv_usage"))
+            peak = (-1.0 if kv is None else kv, _int(e.fields.get("running")))
         else:
-            kv = number(e.fields.get("kv_usage")) if is_stats else None
-            put["peak_kv"](-1.0 if kv is None else kv)
-            put["peak_running"](_int(e.fields.get("running")) if is_stats else None)
+            peak = (-1.0, None)
+        rows.append(
+            (
+                i,
+                e.replica,
+                window_start(e.ts, seconds),
+                e.kind.value,
+                e.source,
+                r.stats.n if r else 1,  # e.lines
+                (r.stats.n if r else 1) if is_stats else 0,
+                float(e.preemptions),
+                e.lower_bound,
+                _int(e.fields.get("cumulative")),
+                *(_stats_cells(e) if is_stats else _NO_STATS),
+                _micros(last.ts),
+                last.line,
+                last.pos,
+                last.sig,
+                *peak,
+            )
+        )
+    _extend(cols, rows)
     return cols
 
 
-def _stats_cells(e: Event) -> dict[str, Any]:
-    """Sums, counts, maxima, first and last values of a stats line or rollup (the
-    same cells, empty, for other events)."""
-    n_fields = len(AGG_FIELDS)
+_CHUNK = 4096  # rows held as tuples at a time: their memory, not the table's, is the cost
+
+
+def _extend(cols: dict[str, list[Any]], rows: list[tuple[Any, ...]]) -> None:
+    """Append `rows` to the columns, column by column, and empty it."""
+    if rows:
+        for col, values in zip(cols.values(), zip(*rows, strict=True), strict=True):
+            col.extend(values)
+    rows.clear()
+
+
+_KV, _RUNNING, _WAITING, _SWAPPED, _PROMPT, _GEN = (
+    AGG_FIELDS.index(k)
+    for k in ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
+)
+# The stats cells of an event that is no stats line, in _COLUMNS order (kv_max ...
+# gen_n): no values, and counts (of lines with a value, with Waiting > 0) of 0.
+_STATS_COLUMNS = tuple(_COLUMNS)[
+    tuple(_COLUMNS).index("kv_max") : tuple(_COLUMNS).index("gen_n") + 1
+]
+_NO_STATS = tuple(0 if c.endswith("_n") or c == "waiting_pos" else None for c in _STATS_COLUMNS)
+
+
+def _stats_cells(e: Event) -> tuple[Any, ...]:
+    """Sums, counts, maxima, first and last values of a stats line or rollup, in
+    _COLUMNS order (kv_max ... gen_n)."""
     maxes: tuple[float | None, ...]
-    if e.kind is not Kind.STATS:
-        sums, counts, maxes, pos = (0.0,) * n_fields, (0,) * n_fields, (None,) * n_fields, 0
-        first: Mapping[str, object] = {}
-        last: Mapping[str, object] = {}
-    elif e.rollup is None:
-        values = [number(e.fields.get(k)) for k in AGG_FIELDS]
-        sums = tuple(v or 0.0 for v in values)
-        counts = tuple(0 if v is None else 1 for v in values)
-        maxes = tuple(values)
+    if e.rollup is None:
+        maxes = tuple(number(e.fields.get(k)) for k in AGG_FIELDS)
+        sums = tuple(v or 0.0 for v in maxes)
+        counts = tuple(0 if v is None else 1 for v in maxes)
         w = _int(e.fields.get("waiting"))
         pos = 1 if w is not None and w > 0 else 0
         first = last = e.fields
@@ -142,37 +172,26 @@ def _stats_cells(e: Event) -> dict[str, Any]:
         # Every line of a rollup has the same fields present: its first and last
         # values are its first and last line's.
         first, last = e.fields, r.last.fields
-
-    def total(k: str) -> float | None:
-        i = AGG_FIELDS.index(k)
-        return sums[i] if counts[i] else None
-
-    def count(k: str) -> int:
-        return counts[AGG_FIELDS.index(k)]
-
-    def top(k: str) -> float | None:
-        return maxes[AGG_FIELDS.index(k)]
-
-    return {
-        "kv_max": top("kv_usage"),
-        "kv_sum": total("kv_usage"),
-        "kv_n": count("kv_usage"),
-        "running_max": _int(top("running")),
-        "running_sum": total("running"),
-        "running_n": count("running"),
-        "waiting_first": _int(first.get("waiting")),
-        "waiting_last": _int(last.get("waiting")),
-        "waiting_max": _int(top("waiting")),
-        "waiting_pos": pos,
-        "waiting_n": count("waiting"),
-        "swapped_first": _int(first.get("swapped")),
-        "swapped_last": _int(last.get("swapped")),
-        "swapped_max": _int(top("swapped")),
-        "prompt_sum": total("prompt_tput"),
-        "prompt_n": count("prompt_tput"),
-        "gen_sum": total("gen_tput"),
-        "gen_n": count("gen_tput"),
-    }
+    return (
+        maxes[_KV],
+        sums[_KV] if counts[_KV] else None,
+        counts[_KV],
+        _int(maxes[_RUNNING]),
+        sums[_RUNNING] if counts[_RUNNING] else None,
+        counts[_RUNNING],
+        _int(first.get("waiting")),
+        _int(last.get("waiting")),
+        _int(maxes[_WAITING]),
+        pos,
+        counts[_WAITING],
+        _int(first.get("swapped")),
+        _int(last.get("swapped")),
+        _int(maxes[_SWAPPED]),
+        sums[_PROMPT] if counts[_PROMPT] else None,
+        counts[_PROMPT],
+        sums[_GEN] if counts[_GEN] else None,
+        counts[_GEN],
+    )
 
 
 def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> list[Window]:
@@ -235,9 +254,14 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         )
         .sort(["replica", "wstart"], nulls_last=True)
     )
-    spread, spread_over = _spread_counter_deltas(events, agg, seconds, thr)
+    # The aggregates as Python lists, one per column, read row by row below (a dict
+    # per row from iter_rows(named=True) cost a third of this function).
+    cols = agg.to_dict(as_series=False)
+    spread, spread_over = _spread_counter_deltas(events, cols, seconds, thr)
     windows: list[Window] = []
-    for r in agg.iter_rows(named=True):
+    names = list(cols)
+    for values in zip(*cols.values(), strict=True):
+        r = dict(zip(names, values, strict=True))
         key = (r["replica"], r["wstart"])
         evs = [events[i] for i in r["idxs"]]
         start = datetime.fromtimestamp(r["wstart"], tz=UTC) if r["wstart"] is not None else None
@@ -277,7 +301,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
 
 
 def _spread_counter_deltas(
-    events: Sequence[Event], agg: pl.DataFrame, seconds: int, thr: Thresholds
+    events: Sequence[Event], agg: Mapping[str, list[Any]], seconds: int, thr: Thresholds
 ) -> tuple[dict[tuple[str, int | None], float], dict[tuple[str, int | None], int]]:
     """Spread a V0 counter delta over the windows between two warnings.
 
@@ -288,10 +312,9 @@ def _spread_counter_deltas(
     window that received a share, over how many windows its delta was spread (the
     count there is an estimate, not a measurement).
     """
-    totals: dict[tuple[str, int | None], float] = {
-        (r["replica"], r["wstart"]): r["preemptions"] for r in agg.iter_rows(named=True)
-    }
-    kv_by_window = {(r["replica"], r["wstart"]): r["kv_max"] for r in agg.iter_rows(named=True)}
+    keys = list(zip(agg["replica"], agg["wstart"], strict=True))
+    totals: dict[tuple[str, int | None], float] = dict(zip(keys, agg["preemptions"], strict=True))
+    kv_by_window = dict(zip(keys, agg["kv_max"], strict=True))
     last_seen: dict[str, datetime] = {}
     by_replica: defaultdict[str, list[int]] = defaultdict(list)
     for key in totals:
