@@ -12,8 +12,9 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 
@@ -71,12 +72,15 @@ def _want_color(choice: str, stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(text: str | Iterable[str], output: Path | None) -> None:
+    """Write the report (whole, or in the pieces render_chunks gives) to stdout or
+    `output`, ending in one newline."""
+    chunks = [text] if isinstance(text, str) else text
     if output is None:
         if sys.stdout is None:  # started with stdout closed (`>&-`)
             raise DiagError("cannot write the report: stdout is closed (use -o FILE)")
         try:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            _write_all(chunks, sys.stdout)
             sys.stdout.flush()
         except BrokenPipeError:
             raise
@@ -84,9 +88,20 @@ def _emit(text: str, output: Path | None) -> None:
             raise DiagError(f"cannot write the report to stdout: {exc.strerror}") from None
         return
     try:
-        output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        with output.open("w", encoding="utf-8") as f:
+            _write_all(chunks, f)
     except OSError as exc:
         raise DiagError(f"cannot write {output}: {exc.strerror}") from None
+
+
+def _write_all(chunks: Iterable[str], out: TextIO) -> None:
+    last = ""
+    for piece in chunks:
+        if piece:
+            out.write(piece)
+            last = piece
+    if not last.endswith("\n"):
+        out.write("\n")
 
 
 FilesArg = Annotated[
@@ -231,7 +246,7 @@ def analyze(
             param_hint="'FILES...'",
         )
     from preemptdiag.commands.analyze import run_analysis
-    from preemptdiag.render import Format, render, timeline_mode
+    from preemptdiag.render import Format, render_chunks, timeline_mode
     from preemptdiag.render.summary import verdict_line
 
     _check_formats(fmt, color)
@@ -265,8 +280,10 @@ def analyze(
         raise typer.Exit(outcome.exit_code)
     for f, dest in plan:
         use_color = dest is None and _want_color(color, sys.stdout)
-        text = render(outcome.report, Format(f), color=use_color, width=_width(), timeline=mode)
-        _emit(text, dest)
+        chunks = render_chunks(
+            outcome.report, Format(f), color=use_color, width=_width(), timeline=mode
+        )
+        _emit(chunks, dest)
     raise typer.Exit(outcome.exit_code)
 
 

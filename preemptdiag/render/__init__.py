@@ -7,7 +7,7 @@ evidence, lever and scan footer; only the layout differs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -74,21 +74,42 @@ def render(
     terminal format; the others are for files and pipes and never carry ANSI.
     `timeline` (full|episodes) picks the windows shown one by one; None: the format's
     default. SARIF carries no timeline."""
+    return "".join(render_chunks(report, fmt, color=color, width=width, timeline=timeline))
+
+
+def render_chunks(
+    report: Report,
+    fmt: Format,
+    *,
+    color: bool = False,
+    width: int = 100,
+    timeline: TimelineMode | str | None = None,
+) -> Iterator[str]:
+    """render()'s text in pieces to write as they come: JSON a batch of windows at a
+    time (a month of them is 60 MB of text), the other formats whole. The format and
+    timeline are checked here, before any piece (or an output file) is asked for."""
     fmt = Format(fmt)  # also accepts the plain string value
     mode = DEFAULT_TIMELINE[fmt] if timeline is None else timeline_mode(timeline)
+    return _chunks(report, fmt, color, width, mode)
+
+
+def _chunks(
+    report: Report, fmt: Format, color: bool, width: int, mode: TimelineMode
+) -> Iterator[str]:
     with cyclic_gc_paused():  # a month of windows: a million strings (gcpause.py)
-        return _render(report, fmt, color, width, mode)
+        if fmt is Format.JSON:
+            from preemptdiag.render.json_format import json_chunks
 
-
-def _render(report: Report, fmt: Format, color: bool, width: int, mode: TimelineMode) -> str:
-    if fmt is Format.TERMINAL:
-        terminal: Callable[..., str] = __getattr__("render_terminal")
-        return terminal(report, color=color, width=width, timeline=mode)
-    if fmt is Format.SARIF:
-        sarif: Callable[[Report], str] = __getattr__("render_sarif")
-        return sarif(report)
-    plain: Callable[..., str] = __getattr__(_PLAIN[fmt])
-    return plain(report, timeline=mode)
+            yield from json_chunks(report, timeline=mode)
+        elif fmt is Format.TERMINAL:
+            terminal: Callable[..., str] = __getattr__("render_terminal")
+            yield terminal(report, color=color, width=width, timeline=mode)
+        elif fmt is Format.SARIF:
+            sarif: Callable[[Report], str] = __getattr__("render_sarif")
+            yield sarif(report)
+        else:
+            plain: Callable[..., str] = __getattr__(_PLAIN[fmt])
+            yield plain(report, timeline=mode)
 
 
 def timeline_mode(text: TimelineMode | str) -> TimelineMode:
@@ -104,6 +125,7 @@ __all__ = [
     "Format",
     "TimelineMode",
     "render",
+    "render_chunks",
     "render_json",
     "render_markdown",
     "render_sarif",

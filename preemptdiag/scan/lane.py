@@ -506,9 +506,7 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
 def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> None:
     fields = _fields(r, i)
     made = partial(_hit, source, r, i)
-    sink.add_ref(
-        _Deferred(made), fields, stamp_of(None, r.ts[i]), _key(r, i, fields), r.lineno[i]
-    )
+    sink.add_ref(_Deferred(made), fields, stamp_of(None, r.ts[i]), _key(r, i, fields), r.lineno[i])
 
 
 @dataclass(frozen=True, slots=True)
