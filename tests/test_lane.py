@@ -250,3 +250,31 @@ def test_ascii_spelling_matches_as_the_unicode_classes_on_ascii_text(text: str) 
         assert spelt is not None
         found = pl.Series([text]).str.count_matches(spelt)[0]
         assert found == len(regex.findall(pattern, text)), (pattern, text)
+
+
+def test_a_jobs_range_takes_the_lane_from_its_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A range of a file big enough to split holds fewer than AFTER_LINES lines (a
+    # tenth of a 10-day log): it must not be matched one by one for that.
+    path = tmp_path / "plain.log"
+    path.write_text(
+        "\n".join(_plain_log(3000, datetime(2025, 6, 3), 10, 3)) + "\n", encoding="utf-8"
+    )
+    taken: list[bool] = []
+    real = lane.try_block
+
+    def spy(*args: Any) -> int | None:
+        got = real(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(lane, "try_block", spy)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
+    size = path.stat().st_size
+    whole = scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    assert taken == []  # 3,000 lines: under AFTER_LINES, one by one
+    half = path.read_bytes().index(b"\n", size // 2) + 1
+    scan_fast(open_source(str(path)), MATCHER, byte_range=(half, size), rollup=True)
+    assert taken and all(taken)
+    assert whole.lines_read == 3000 + 3000 // 97 + 1

@@ -179,6 +179,10 @@ def scan_fast(
     # bulk.match_block: candidate lines and blocks matched so far, and the block
     # from which like lines are tried in bulk again.
     seen = blocks = retry_at = 0
+    if byte_range is not None:
+        # A --jobs range of a file big enough to split: polars pays at once (a range
+        # of a 10-day stats log is under AFTER_LINES lines, and was matched one by one).
+        seen = bulk_mod.AFTER_LINES
     lane = lane_mod.Lane()
     with open_binary(src, snap) as f:
         if byte_range is not None and byte_range[0] > 0:
