@@ -192,6 +192,15 @@ def _glued_pieces(pieces: list[str]) -> list[str]:
     return ["request processing complete" + pieces[0], "".join(pieces[1:-1]), pieces[-1]]
 
 
+_TORCH_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def _cr_pieces(pieces: list[str]) -> list[str]:
+    # line ends of a wrap, some \n, some \r, some \r\r (an empty piece)
+    assert len(pieces) == 4
+    return ['"} 0.0\r' + pieces[0], "\r" + pieces[1] + "\r", pieces[2] + "\r" + pieces[3] + "\r\r"]
+
+
 _OPENAI_ERROR = f"openai.BadRequestError: Error code: 400 - message='{CANARY} {RETRACT} {CANARY}'"
 _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first piece
 
@@ -230,6 +239,9 @@ _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first
         # its key cut (`…Promp` / `t: …`), the pieces then glued to other lines and to
         # each other: no longer as wide as the wrap, but the key still runs across
         _glued_pieces(_wrap(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}", 40)),
+        # found by bench/fuzz.py (seed 9091, input 5317): the same wrap, some of its
+        # newlines turned into \r (mixed line ends): pieces of it on one line
+        _cr_pieces(_wrap(VL.format(s=3) + f"Prompt: {CANARY}xxxxx {_TORCH_OOM} {CANARY}", 40)),
     ],
     ids=[
         "glued_langchain",
@@ -241,6 +253,7 @@ _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first
         "wrapped_key_at_a_lines_end_then_wrapped_body",
         "seed_8081_index_9045_key_cut_by_a_carriage_return",
         "seed_8081_index_774_key_cut_by_a_wrap_then_glued",
+        "seed_9091_index_5317_key_cut_by_a_wrap_pieces_joined_by_cr",
     ],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(

@@ -11,6 +11,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from preemptdiag.model import request_text
 from preemptdiag.model.records import FieldValue, Hit, WrapperStamp
@@ -202,7 +203,7 @@ class Matcher:
         text = raw.rstrip("\r\n")
         # A line below one whose request text was left open (a multi-line prompt, a
         # wrapped one): its text up to where that request text ends is not a record.
-        prefix = None if starts_record(text) else _decoy_prefix(prev_raw, text)
+        prefix = None if starts_record(text) else _cr_decoy_prefix(prev_raw, text)
         if prefix:
             if self.candidates(text[:prefix]):
                 result.skipped[DECOY] += 1
@@ -461,6 +462,50 @@ def _outside(raw: str, lit: str, decoys: Sequence[Span]) -> bool:
             return True
         i = raw.find(lit, i + 1)
     return False
+
+
+def _cr_decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
+    """_decoy_prefix, where this line or the one above holds a lone \r, on the pieces
+    the \r separate: a wrapped line whose newlines became \r (mixed line ends) is
+    pieces as wide as the wrap only when cut there (fuzz seed 8081 input 774, seed
+    9091 input 5317). Empty pieces (`\r\r`) are no lines."""
+    if prev_raw is None:
+        return None
+    above = prev_raw(0)
+    if "\r" not in text and (above is None or "\r" not in above.rstrip("\r\n")):
+        return _decoy_prefix(prev_raw, text)
+    got: list[str] = []  # pieces above, bottom up
+    lines = 0
+
+    def before(k: int) -> str | None:
+        nonlocal lines
+        while len(got) <= k:
+            line = prev_raw(lines)
+            if line is None:
+                return None
+            lines += 1
+            got.extend(p for p in reversed(line.rstrip("\r\n").split("\r")) if p)
+        return got[k]
+
+    done = 0  # characters of text judged request text so far
+    own: list[str] = []  # this line's pieces above the one judged, bottom up
+    for piece in text.split("\r"):
+        if piece:
+            if own and starts_record(piece):
+                break
+            carried = _decoy_prefix(partial(_piece_above, tuple(own), before), piece)
+            if carried is None:
+                break
+            if carried < len(piece):
+                return done + carried
+            own.insert(0, piece)
+        done += len(piece) + 1
+    return min(done, len(text)) if done and own else None
+
+
+def _piece_above(own: Sequence[str], before: NextLine, k: int) -> str | None:
+    """The k-th piece above: the line's own ones first (bottom up), then `before`'s."""
+    return own[k] if k < len(own) else before(k - len(own))
 
 
 def _decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
