@@ -36,12 +36,8 @@ def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, on: bool, block: int) -> 
     return scan_fast(open_source(str(path)), MATCHER, rollup=True)
 
 
-def _assert_lane_exact(
-    path: Path, monkeypatch: pytest.MonkeyPatch, block: int = 1 << 20
-) -> tuple[ScanResult, list[bool]]:
-    """The scan with the lane on is the scan with it off; returns the on one and
-    whether each block went the lane's way."""
-    off = _scan(path, monkeypatch, False, block)
+def _spy_on_lane(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each block the lane is asked about went its way, in order."""
     taken: list[bool] = []
     real = lane.try_block
 
@@ -51,6 +47,16 @@ def _assert_lane_exact(
         return got
 
     monkeypatch.setattr(lane, "try_block", spy)
+    return taken
+
+
+def _assert_lane_exact(
+    path: Path, monkeypatch: pytest.MonkeyPatch, block: int = 1 << 20
+) -> tuple[ScanResult, list[bool]]:
+    """The scan with the lane on is the scan with it off; returns the on one and
+    whether each block went the lane's way."""
+    off = _scan(path, monkeypatch, False, block)
+    taken = _spy_on_lane(monkeypatch)
     on = _scan(path, monkeypatch, True, block)
     assert on.hits == off.hits
     assert on.members == off.members
@@ -261,15 +267,7 @@ def test_a_jobs_range_takes_the_lane_from_its_first_block(
     path.write_text(
         "\n".join(_plain_log(3000, datetime(2025, 6, 3), 10, 3)) + "\n", encoding="utf-8"
     )
-    taken: list[bool] = []
-    real = lane.try_block
-
-    def spy(*args: Any) -> int | None:
-        got = real(*args)
-        taken.append(got is not None)
-        return got
-
-    monkeypatch.setattr(lane, "try_block", spy)
+    taken = _spy_on_lane(monkeypatch)
     monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
     size = path.stat().st_size
     whole = scan_fast(open_source(str(path)), MATCHER, rollup=True)

@@ -417,18 +417,24 @@ def _fields(r: _Rows, i: int) -> dict[str, FieldValue]:
     return out
 
 
-def _hit(source: str, r: _Rows, i: int) -> Hit:
+def _hit(
+    source: str,
+    r: _Rows,
+    i: int,
+    fields: dict[str, FieldValue] | None = None,
+    text: str | None = None,
+) -> Hit:
     """The hit new_hit makes of line i: its text is the line (one record, cut), its
     stamp and process the head's (the only ones before the match), no wrapper, pod,
-    uptime or repeat (_find saw to all that)."""
-    text = r.texts[i]
+    uptime or repeat (_find saw to all that). With `fields` and `text`: that hit
+    slimmed as Builder._kept_last slims a rollup's last line."""
     return Hit(
         source,
         r.lineno[i],
         r.sig.id,
         r.sig.kind,
-        _fields(r, i),
-        cut(text[: MAX_EVIDENCE_CHARS + 1]),
+        _fields(r, i) if fields is None else fields,
+        cut(r.texts[i][: MAX_EVIDENCE_CHARS + 1]) if text is None else text,
         None,
         r.ts[i],
         r.proc[i],
@@ -618,7 +624,7 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
     else:
         fields = _fields(r, last_row)
         kept = {k: fields[k] for k in LAST_FIELDS if k in fields}
-        last = _slim(source, r, last_row, kept)
+        last = _hit(source, r, last_row, kept, "")
     stats = RollupStats(
         n=a.n,
         preemptions=a.preemptions,
@@ -634,25 +640,3 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
     sink.hits.append(_with(carrier, carrier.fields, carrier.text, rollup))
     kept_rows = {last_row, a.peak_row, *a.preempting} - {carrier_row}
     sink.members += len(kept_rows)
-
-
-def _slim(source: str, r: _Rows, i: int, fields: dict[str, FieldValue]) -> Hit:
-    """Builder._kept_last's copy of a line's hit: its order keys, stamp and last
-    values, no text (the hit new_hit makes, with the text and other fields dropped)."""
-    return Hit(
-        source,
-        r.lineno[i],
-        r.sig.id,
-        r.sig.kind,
-        fields,
-        "",
-        None,
-        r.ts[i],
-        r.proc[i],
-        1,
-        None,
-        None,
-        None,
-        r.sig.engine,
-        r.start[i],
-    )
