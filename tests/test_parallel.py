@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -393,3 +395,20 @@ def test_a_range_cut_below_a_line_longer_than_the_priming_look_back(tmp_path: Pa
     parts = [scan_fast(src, MATCHER, byte_range=r) for r in ((0, cut), (cut, len(data)))]
     merged = parallel.merge(src.name, parts)
     assert merged.hits == whole.hits and len(whole.hits) == 39
+
+
+def test_jobs_workers_forked_after_polars_started_never_touch_it(tmp_path: Path) -> None:
+    # One process, two analyses (what check does over several files, and the fuzzer):
+    # the second forks its --jobs workers after the first started polars' thread pool.
+    # A worker that then asks polars anything (bulk's rust_ok once did, before
+    # usable()) waits forever on a lock a thread of the parent held at the fork.
+    log = tmp_path / "stats.log"
+    with log.open("wb") as f:
+        _bench_generator().PROFILES["vllm-stats"](f, 6 << 20, 1)
+    code = (
+        "import sys; from preemptdiag.cli import main; "
+        f"argv = ['analyze', {str(log)!r}, '-f', 'json', '--year', '2026', '--jobs', '2', '-q']; "
+        "sys.exit(main(argv) + main(argv))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=240, capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -119,6 +119,8 @@ def rust_ok(pattern: str) -> bool:
     """Whether polars' Rust regex compiles `pattern` (and it cannot match nothing)."""
     if _NOT_RUST.search(pattern) or regex.search(pattern, "") is not None:
         return False
+    if not usable():
+        return False  # (a forked worker: see usable)
     import polars as pl
 
     try:
@@ -190,8 +192,10 @@ def _find(matcher: Matcher, items: Sequence[Item]) -> dict[int, _Ready]:
     for members in groups.values():
         if (
             len(members) >= MIN_LINES
+            # usable() first: _worth_it asks polars (rust_ok), which a worker forked
+            # from a process whose polars pool runs must never touch (it deadlocks).
+            and usable()
             and _worth_it(members[0][1].text, members[0][2])
-            and usable()  # imported only now: lines only `regex` matches never need it
         ):
             ready.update(_find_group(members))
     return ready
