@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -410,5 +412,14 @@ def test_jobs_workers_forked_after_polars_started_never_touch_it(tmp_path: Path)
         f"argv = ['analyze', {str(log)!r}, '-f', 'json', '--year', '2026', '--jobs', '2', '-q']; "
         "sys.exit(main(argv) + main(argv))"
     )
-    done = subprocess.run([sys.executable, "-c", code], timeout=240, capture_output=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # Its own process group: on a hang the forked workers go too, not only the parent.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        _, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("a second analysis in one process hung in its --jobs workers")
+    assert proc.returncode == 0, err[-2000:]
