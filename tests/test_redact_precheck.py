@@ -100,7 +100,11 @@ _PIECES = st.sampled_from(
 def test_the_precheck_never_skips_a_text_a_trigger_fires_on(text: str) -> None:
     if r._triggered(text):
         assert r._may_trigger(text)
-    assert r.redact(text) == redact_slow(text)
+    joined = text.replace("\r", "")
+    if "\r" in text and redact_slow(joined) != joined:
+        assert r.redact(text) == redact_slow(joined)  # a \r joins what it separates
+    else:
+        assert r.redact(text) == redact_slow(text)
 
 
 def test_every_line_of_the_samples_redacts_as_before() -> None:

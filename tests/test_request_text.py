@@ -297,3 +297,23 @@ def test_a_record_glued_where_a_multi_line_prompt_closes_counts_and_the_prompt_n
     assert "alloc" not in str(report["scan"]["recognised"])  # type: ignore[index]
     assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
     assert CANARY not in text
+
+
+def test_a_record_glued_after_request_text_whose_key_a_carriage_return_cut(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Seen reading the matcher after seed 8081 input 9045: the raw line found the cut
+    # key (`mes\rsage='…'`), but the matcher looked for request text again on the
+    # normalised line, where the \r is a space, so the quoted retraction became
+    # evidence (and its prompt with it) because a real record was glued after it.
+    log = _queueing_log()
+    log[12:12] = [
+        VL.format(s=3)
+        + f"400 - mes\rsage='{CANARY} {RETRACT} {CANARY}' "
+        + SG.format(s=4)
+        + RETRACT
+    ]
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
+    assert CANARY not in text

@@ -254,6 +254,13 @@ def redact(text: str) -> str:
     # Request text goes first, on its own: a secret's value glued to a request key
     # (`token=abcPrompt after formatting: …`) would otherwise take the key's first
     # word with it, and the prompt after it would no longer look like one.
+    if "\r" in text:
+        # A \r joins what it separates (request_text.spans): a key cut by one
+        # (`mes\rsage='…'`, kept so by the scan for this) is redacted whole.
+        joined = text.replace("\r", "")
+        out = redact(joined)
+        if out != joined:
+            return out
     if not _may_trigger(text):
         return text
     if len(text) <= _CACHED_LEN:

@@ -52,6 +52,7 @@ class Line:
     pod: str | None  # kubectl --prefix pod
     rank: str | None  # SGLang "TP3" style rank
     uptime: float | None = None  # dmesg seconds-since-boot seen next to a dated stamp
+    crs: tuple[int, ...] = ()  # where normalise turned a \r into a space in `text`
 
 
 def _peel_json(s: str) -> tuple[str, str | None]:
@@ -115,10 +116,12 @@ def normalise(raw: str) -> Line:
         m = _QUOTE.match(s)
         if m:
             s = s[m.end() :]
+    crs: tuple[int, ...] = ()
     if "\r" in s:
         # vLLM's multi-line records end each piece in \r; tqdm redraws with \r.
+        crs = tuple(i for i, c in enumerate(s) if c == "\r")
         s = s.replace("\r", " ")
-    return Line(text=s, ts_wrapper=ts, ts_kind=kind, pod=pod, rank=rank, uptime=uptime)
+    return Line(text=s, ts_wrapper=ts, ts_kind=kind, pod=pod, rank=rank, uptime=uptime, crs=crs)
 
 
 def engine_ts_before(text: str, pos: int) -> str | None:

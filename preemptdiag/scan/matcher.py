@@ -293,6 +293,7 @@ class Matcher:
             head.pod,
             head.uptime,
             reach,
+            head.crs if text is head.text else (),
         )
 
     def _emit(
@@ -309,6 +310,7 @@ class Matcher:
         pod: str | None,
         uptime: float | None = None,
         reach: int = 0,
+        crs: Sequence[int] = (),
     ) -> bool:
         found = False
         # Kept spans, sorted by start; the longest bounds how far back one can
@@ -316,8 +318,19 @@ class Matcher:
         # line of a thousand glued records).
         taken: list[tuple[int, int, Signature]] = []
         longest = 0
-        marks = Marks(text)
+        # Request text is found with the line's \r back where normalise put spaces: a
+        # \r joins what it separates there (a key cut in two, `mes\rsage='…`), as it
+        # did when the raw line picked its candidates. Where that finds request text
+        # the spaces hide, the hits' text keeps the \r too, so the redactor finds it
+        # as well (evidence of a record glued after it may hold the line's start).
+        evidence = text
         decoys = request_text.spans(text)
+        if crs:
+            back = _put_back(text, crs)
+            joined = request_text.spans(back)
+            if joined != decoys:
+                decoys, evidence = joined, back
+        marks = Marks(evidence)
         repeat = repeat_count(text) if "[repeated" in text else 1  # once, not per match
         for sig in cands:
             try:
@@ -352,7 +365,7 @@ class Matcher:
                 found = True
                 stamp = Stamps(ts_wrapper, ts_kind, rank, pod, uptime)
                 result.add(
-                    new_hit(source, lineno, sig, fields, text, start, end, stamp, marks, repeat)
+                    new_hit(source, lineno, sig, fields, evidence, start, end, stamp, marks, repeat)
                 )
                 result.recognised[sig.family] += 1
         return found
@@ -446,6 +459,15 @@ def ts_tag(ts: str | None, kind: str | None) -> WrapperStamp | None:
     if ts is None:
         return None
     return WrapperStamp(kind or "", ts)
+
+
+def _put_back(text: str, crs: Sequence[int]) -> str:
+    """`text` with a \r at each of `crs` (same length: normalise made them spaces)."""
+    chars = list(text)
+    for i in crs:
+        if i < len(chars):
+            chars[i] = "\r"
+    return "".join(chars)
 
 
 def decoy_position(text: str) -> int | None:
