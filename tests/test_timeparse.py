@@ -77,3 +77,10 @@ def test_dateutils_decimal_error_is_no_time() -> None:
     from preemptdiag.model.timeparse import parse_any
 
     assert parse_any("2026-12-01T23:" + "9" * 41 + ":41.696Z") is None
+
+
+def test_seed_10101_index_11591_a_zone_of_days_is_no_time() -> None:
+    # dateutil builds tzoffset(+99999999 s); the datetime failed only when first
+    # hashed (events._dedupe_ranks): ValueError, exit 3.
+    assert parse_any("Mon, 15 Jan 2024 14:22:01 +99999999") is None
+    assert parse_any("Mon, 15 Jan 2024 14:22:01 +0130") is not None

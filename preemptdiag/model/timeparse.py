@@ -32,7 +32,13 @@ def month_number(abbr: str) -> int | None:
 
 def in_range(dt: datetime) -> datetime | None:
     """A stamp every later step can shift by a day and a zone (Go's zero time, year 1,
-    and year 9999 stamps cannot be): outside, it is treated as unparseable."""
+    and year 9999 stamps cannot be): outside, it is treated as unparseable. So is one
+    whose zone is no zone: dateutil builds offsets of any size (`+9999999`), and the
+    datetime then fails where it is first compared or hashed."""
+    try:
+        dt.utcoffset()
+    except ValueError:
+        return None
     return dt if 1900 <= dt.year <= 9000 else None
 
 
