@@ -201,6 +201,15 @@ def _cr_pieces(pieces: list[str]) -> list[str]:
     return ['"} 0.0\r' + pieces[0], "\r" + pieces[1] + "\r", pieces[2] + "\r" + pieces[3] + "\r\r"]
 
 
+def _cr_in_a_wrapped_line(record: str) -> list[str]:
+    # another record's tail, \r\r, then this one, cut inside its prompt at the
+    # physical line's width; the rest on the next line, shorter
+    cut = record.index("Prompt: ") + 20
+    first = "Z" * 150 + "\r\r" + record[:cut]
+    assert len(record) - cut < len(first)
+    return [first, record[cut:]]
+
+
 _OPENAI_ERROR = f"openai.BadRequestError: Error code: 400 - message='{CANARY} {RETRACT} {CANARY}'"
 _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first piece
 
@@ -242,6 +251,9 @@ _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first
         # found by bench/fuzz.py (seed 9091, input 5317): the same wrap, some of its
         # newlines turned into \r (mixed line ends): pieces of it on one line
         _cr_pieces(_wrap(VL.format(s=3) + f"Prompt: {CANARY}xxxxx {_TORCH_OOM} {CANARY}", 40)),
+        # found by bench/fuzz.py (seed 10101, input 9511): a line wrapped at its width,
+        # \r\r inside its first physical line: the pieces are not the wrap, the lines are
+        _cr_in_a_wrapped_line(VL.format(s=3) + f"Prompt: {CANARY} {RETRACT} {CANARY}"),
     ],
     ids=[
         "glued_langchain",
@@ -254,6 +266,7 @@ _OPENAI_ERROR_CUT = "openai.BadRequestError: Error code: 400 - mes"  # the first
         "seed_8081_index_9045_key_cut_by_a_carriage_return",
         "seed_8081_index_774_key_cut_by_a_wrap_then_glued",
         "seed_9091_index_5317_key_cut_by_a_wrap_pieces_joined_by_cr",
+        "seed_10101_index_9511_wrap_of_physical_lines_holding_cr",
     ],
 )  # fmt: skip
 def test_request_text_in_glued_and_wrapped_lines_stays_a_decoy(

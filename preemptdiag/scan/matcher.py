@@ -496,6 +496,17 @@ def _cr_decoy_prefix(prev_raw: NextLine | None, text: str) -> int | None:
     above = prev_raw(0)
     if "\r" not in text and (above is None or "\r" not in above.rstrip("\r\n")):
         return _decoy_prefix(prev_raw, text)
+    # The physical lines may be the wrap as well (as wide as it, \r and all): the
+    # more request text either reading finds, the safer (fuzz seed 10101 input 9511).
+    whole = _decoy_prefix(prev_raw, text)
+    pieces = _piece_decoy_prefix(prev_raw, text)
+    if whole is None or pieces is None:
+        return pieces if whole is None else whole
+    return max(whole, pieces)
+
+
+def _piece_decoy_prefix(prev_raw: NextLine, text: str) -> int | None:
+    """_cr_decoy_prefix on the pieces a \r separates."""
     got: list[str] = []  # pieces above, bottom up
     lines = 0
 
