@@ -123,12 +123,8 @@ def test_odd_lines_among_like_ones_fall_back_and_count_as_one_by_one(
     assert res.skipped["decoy in request text"] == 1
 
 
-def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Fewer candidate lines than AFTER_LINES before a block: it is matched one by one
-    # (polars' string kernels would cost more memory than they save time).
-    lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
-    path = tmp_path / "stats.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
+def _spy_find(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of lines of each block bulk._find is given, from now on."""
     calls: list[int] = []
     real = bulk._find
 
@@ -137,11 +133,38 @@ def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.M
         return real(matcher, items)
 
     monkeypatch.setattr(bulk, "_find", spy)
+    return calls
+
+
+def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fewer candidate lines than AFTER_LINES before a block: it is matched one by one
+    # (polars' string kernels would cost more memory than they save time).
+    lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
+    calls = _spy_find(monkeypatch)
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + 1)
     scan_fast(open_source(str(path)), MATCHER)
     assert calls == []
     monkeypatch.setattr(bulk, "AFTER_LINES", 1000)
     scan_fast(open_source(str(path)), MATCHER)
     assert len(calls) == 2  # the blocks after the first
+
+
+def test_a_big_file_turns_to_polars_from_its_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its size on disk says it holds thousands of candidate lines: the first 20,000
+    # one by one would cost seconds a month of stats lines need not spend.
+    lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
+    assert path.stat().st_size >= bulk.BIG_BYTES
+    calls = _spy_find(monkeypatch)
+    at_once = scan_fast(open_source(str(path)), MATCHER)
+    assert len(calls) == 3  # every block, the first too
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + 1)
+    assert scan_fast(open_source(str(path)), MATCHER).hits == at_once.hits  # one by one
 
 
 def test_lines_only_regex_matches_stop_the_bulk_tries(

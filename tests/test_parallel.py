@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -173,6 +174,24 @@ def test_merge_keeps_a_member_with_two_roles_one_object(logs: dict[str, Path]) -
             assert after.rollup.last is after.rollup.peak_first
             assert after.rollup.last.line == before.rollup.last.line + part.lines_read
     assert merged.hits[: len(part.hits)] == part.hits
+
+
+def test_a_worker_result_comes_back_equal_with_shared_members_shared(
+    logs: dict[str, Path],
+) -> None:
+    # Workers' hits come back pickled: by their constructor (records.py), and a line
+    # with two roles in a rollup still one object after the trip.
+    src = open_source(str(logs["dense"]))
+    part = scan_fast(src, MATCHER, rollup=True)
+    back = pickle.loads(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back.hits == part.hits
+    assert [type(h) for h in back.hits] == [Hit] * len(part.hits)
+    pairs = [(a, b) for a, b in zip(part.hits, back.hits, strict=True) if a.rollup]
+    assert any(a.rollup and a.rollup.last is a.rollup.peak_first for a, _ in pairs)
+    for a, b in pairs:
+        assert a.rollup is not None and b.rollup is not None
+        assert (b.rollup.last is b.rollup.peak_first) == (a.rollup.last is a.rollup.peak_first)
+        assert b.rollup.stats == a.rollup.stats
 
 
 # --- one open per file: rotation while --jobs workers read (issue 15.3) --------------
