@@ -159,7 +159,7 @@ def test_a_big_file_turns_to_polars_from_its_first_block(
     lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
     path = tmp_path / "stats.log"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
-    assert path.stat().st_size >= bulk.BIG_BYTES
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size)  # not to write 8 MiB
     calls = _spy_find(monkeypatch)
     at_once = scan_fast(open_source(str(path)), MATCHER)
     assert len(calls) == 3  # every block, the first too

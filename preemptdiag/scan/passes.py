@@ -181,8 +181,8 @@ def scan_fast(
     seen = blocks = retry_at = 0
     if byte_range is not None or (src.size or 0) >= bulk_mod.BIG_BYTES:
         # A --jobs range of a file big enough to split, or a file whose size says it
-        # holds more than a few thousand candidate lines: polars pays at once (the
-        # first 20,000 stats lines, one by one, were 2 s of a 30-day log's 10).
+        # holds tens of thousands of candidate lines (bulk.BIG_BYTES): polars pays
+        # at once.
         seen = bulk_mod.AFTER_LINES
     lane = lane_mod.Lane()
     with open_binary(src, snap) as f:
