@@ -151,20 +151,38 @@ def test_a_short_log_never_turns_to_polars(tmp_path: Path, monkeypatch: pytest.M
     assert len(calls) == 2  # the blocks after the first
 
 
-def test_a_big_file_turns_to_polars_from_its_first_block(
+def test_a_big_file_turns_to_polars_after_its_first_dense_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Its size on disk says it holds thousands of candidate lines: the first 20,000
-    # one by one would cost seconds a month of stats lines need not spend.
+    # Big on disk, and its first block is dense with candidate lines: the first
+    # 20,000 one by one would cost seconds a month of stats lines need not spend.
     lines = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(10_000)]
     path = tmp_path / "stats.log"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # three 1 MiB blocks
     monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size)  # not to write 8 MiB
     calls = _spy_find(monkeypatch)
     at_once = scan_fast(open_source(str(path)), MATCHER)
-    assert len(calls) == 3  # every block, the first too
+    assert len(calls) == 2  # every block after the first, dense with stats lines
     monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + 1)
     assert scan_fast(open_source(str(path)), MATCHER).hits == at_once.hits  # one by one
+
+
+def test_a_big_sparse_file_never_turns_to_polars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A big log with a few candidate lines a block (the 1 GiB benchmark log: ~7):
+    # polars would cost its pages and gain nothing.
+    filler = "(APIServer pid=1) INFO 06-03 00:00:00 [logger.py:41] GET /health 200 OK\n" * 1500
+    stats = [V1.format(m=i // 60 % 60, s=i % 60, p=100 + i, r=i % 7) for i in range(600)]
+    path = tmp_path / "sparse.log"
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(0, len(stats), 20):
+            f.write(filler + "\n".join(stats[i : i + 20]) + "\n")
+    calls = _spy_find(monkeypatch)
+    monkeypatch.setattr(bulk, "BIG_BYTES", 1 << 20)
+    assert path.stat().st_size > 3 << 20
+    assert len(scan_fast(open_source(str(path)), MATCHER).hits) == 600
+    assert calls == []
 
 
 def test_lines_only_regex_matches_stop_the_bulk_tries(

@@ -179,11 +179,14 @@ def scan_fast(
     # bulk.match_block: candidate lines and blocks matched so far, and the block
     # from which like lines are tried in bulk again.
     seen = blocks = retry_at = 0
-    if byte_range is not None or (src.size or 0) >= bulk_mod.BIG_BYTES:
-        # A --jobs range of a file big enough to split, or a file whose size says it
-        # holds tens of thousands of candidate lines (bulk.BIG_BYTES): polars pays
-        # at once.
+    if byte_range is not None:
+        # A --jobs range of a file big enough to split: polars pays at once (a range
+        # of a 10-day stats log is under AFTER_LINES lines, and was matched one by one).
         seen = bulk_mod.AFTER_LINES
+    # A big file (bulk.BIG_BYTES) turns to polars after its first block that is dense
+    # with candidate lines, not after AFTER_LINES of them: a month of stats lines
+    # spent 2 s on its first 20,000, while a big sparse log never pays polars' pages.
+    big = (src.size or 0) >= bulk_mod.BIG_BYTES
     lane = lane_mod.Lane()
     with open_binary(src, snap) as f:
         if byte_range is not None and byte_range[0] > 0:
@@ -239,6 +242,8 @@ def scan_fast(
                 if not match_block(matcher, src.name, items, result, bulk) and bulk:
                     retry_at = blocks + bulk_mod.RETRY_BLOCKS
                 seen += len(items)
+                if big and len(items) >= bulk_mod.DENSE_LINES:
+                    seen = max(seen, bulk_mod.AFTER_LINES)
             blocks += 1
             above = last_lines(block, size, above, look)
             if block.find(b"\x00", 0, size) != -1:
