@@ -41,3 +41,10 @@ def evolve(obj: T, **changes: Any) -> T:
     # positionally: the parameters of a dataclass's __init__ are its fields in order
     new: T = cls(*values)
     return new
+
+
+def positional(cls: type) -> Callable[[Any], tuple[Any, ...]] | None:
+    """A getter of an instance's field values in __init__ order, when `cls(*values)`
+    rebuilds it (as evolve does); None when it does not."""
+    plan = _plan(cls)
+    return None if plan is None else plan[1]

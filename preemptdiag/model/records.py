@@ -6,12 +6,13 @@ sources -> scan (Hit) -> events (Event) -> windows (Window) -> rules (Verdict)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from operator import attrgetter
 from typing import Any, Generic, TypeVar
+
+from preemptdiag.model.evolve import positional
 
 FieldValue = int | float | str | None
 T = TypeVar("T")
@@ -323,18 +324,14 @@ class Comparison:
     why: str
 
 
-def _fields_of(cls: type) -> Callable[[Any], tuple[Any, ...]]:
-    names = [f.name for f in fields(cls)]
-    get = attrgetter(*names)
-    return get if len(names) > 1 else lambda obj: (get(obj),)
-
 
 def _by_constructor(cls: type) -> None:
     """Pickle instances of `cls` as its constructor and its field values. The
     default for a frozen slots dataclass (a state dict set back one field at a time
     with object.__setattr__) made shipping a month's hits from a --jobs worker
     cost more than the worker saved: 1.6 s to load 43,000 rollups, now ~0.4 s."""
-    values = _fields_of(cls)
+    values = positional(cls)
+    assert values is not None, cls  # every field a positional __init__ parameter
 
     def reduce(self: Any) -> tuple[type, tuple[Any, ...]]:
         return cls, values(self)
@@ -344,20 +341,3 @@ def _by_constructor(cls: type) -> None:
 
 for _cls in (RollupStats, Rollup, WrapperStamp, Hit):
     _by_constructor(_cls)
-
-_HIT_VALUES = _fields_of(Hit)
-_LINE, _ROLLUP = (
-    [f.name for f in fields(Hit)].index("line"),
-    [f.name for f in fields(Hit)].index("rollup"),
-)
-
-
-def moved(h: Hit, line: int, rollup: Rollup[Hit] | None = None) -> Hit:
-    """`h` at another line number, and with `rollup` if one is given: what
-    dataclasses.replace gives, five times faster (merging --jobs ranges moves every
-    hit of all but the first)."""
-    values = list(_HIT_VALUES(h))
-    values[_LINE] = line
-    if rollup is not None:
-        values[_ROLLUP] = rollup
-    return Hit(*values)
