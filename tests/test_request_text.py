@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+import regex  # type: ignore[import-untyped, unused-ignore]
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from preemptdiag.cli import main
 from preemptdiag.model import request_text
@@ -312,6 +315,26 @@ def test_a_record_glued_where_a_multi_line_prompt_closes_counts_and_the_prompt_n
     assert CANARY not in text
 
 
+def test_a_record_glued_after_a_multi_line_prompt_that_quotes_a_key_counts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Found by the fuzz test (fast path != reference): the closing line of a
+    # multi-line prompt quotes a key (`prompt: …`) of its own. Read alone, that key
+    # ran to the end of the line and the fast path skipped the line as a decoy; the
+    # quote opened above closes first, and the record glued after it counts.
+    log = _queueing_log()
+    log[12:12] = [
+        VL.format(s=3) + f"Received request cmpl-2: prompt: '{CANARY} first line",
+        f"it said prompt: {'words ' * 40}CUDA out of memory {CANARY}', params: "
+        "SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
+    ]
+    _, report, text = _run_all_formats(capsys, tmp_path, log)
+    assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
+    assert "alloc" not in str(report["scan"]["recognised"])  # type: ignore[index]
+    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
+    assert CANARY not in text
+
+
 def test_a_record_glued_after_request_text_whose_key_a_carriage_return_cut(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -330,3 +353,75 @@ def test_a_record_glued_after_request_text_whose_key_a_carriage_return_cut(
     assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
     assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
     assert CANARY not in text
+
+
+# The quoted-string bodies as first written: one alternation tried per character.
+# request_text writes them unrolled for speed; these are the reference they must equal.
+_SQ_ALT = r"'(?!\[REDACTED:)(?:[^'\\\n]|\\[^\n])*+(?:'|\\?(?=\n|\Z))"
+_DQ_ALT = r'"(?!\[REDACTED:)(?:[^"\\\n]|\\[^\n])*+(?:"|\\?(?=\n|\Z))'
+_SQ_CLOSED_ALT = r"'(?:[^'\\\n]|\\[^\n])*+'"
+_DQ_CLOSED_ALT = r'"(?:[^"\\\n]|\\[^\n])*+"'
+# Texts built from what the bodies treat specially: quotes, backslashes, newlines,
+# brackets, the marker's start and the keys.
+_PIECES = st.sampled_from(
+    [
+        "'",
+        '"',
+        "\\",
+        "\n",
+        "\r",
+        "a",
+        " ",
+        "[",
+        "]",
+        "[REDACTED:",
+        "prompt: ",
+        "text=",
+        '"inputs": ',
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("fast", "reference"),
+    [
+        (request_text.SQ, _SQ_ALT),
+        (request_text.DQ, _DQ_ALT),
+        (request_text.SQ_CLOSED, _SQ_CLOSED_ALT),
+        (request_text.DQ_CLOSED, _DQ_CLOSED_ALT),
+    ],
+    ids=["SQ", "DQ", "SQ_CLOSED", "DQ_CLOSED"],
+)
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(_PIECES, max_size=24).map("".join))
+def test_the_unrolled_quote_bodies_match_what_the_alternation_matched(
+    fast: str, reference: str, text: str
+) -> None:
+    got = [(m.start(), m.end()) for m in regex.finditer(fast, text)]
+    want = [(m.start(), m.end()) for m in regex.finditer(reference, text)]
+    assert got == want
+
+
+def test_every_shape_built_on_the_reference_bodies_finds_the_same_spans() -> None:
+    """The whole shapes, on the lines this file's tests use: the same spans with the
+    bodies unrolled as with the alternation."""
+    lines = [line for shape in _shapes(PREEMPT, "'").values() for line in shape]
+    lines += [line for shape in _shapes(RETRACT, '"').values() for line in shape]
+    reference = "|".join(f"(?P<{s.name}>{_as_reference(s.pattern)})" for s in request_text.SHAPES)
+    fast = "|".join(f"(?P<{s.name}>{s.pattern})" for s in request_text.SHAPES)
+    assert len(lines) > 20
+    for line in lines:
+        want = [(m.start(), m.end(), m.lastgroup) for m in regex.finditer(reference, line)]
+        got = [(m.start(), m.end(), m.lastgroup) for m in regex.finditer(fast, line)]
+        assert got == want, line
+
+
+def _as_reference(pattern: str) -> str:
+    for fast, ref in (
+        (request_text.SQ, _SQ_ALT),
+        (request_text.DQ, _DQ_ALT),
+        (request_text.SQ_CLOSED, _SQ_CLOSED_ALT),
+        (request_text.DQ_CLOSED, _DQ_CLOSED_ALT),
+    ):
+        pattern = pattern.replace(fast, ref)
+    return pattern

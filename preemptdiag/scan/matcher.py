@@ -182,6 +182,12 @@ class Matcher:
         if not any(find(m, start, hi + len(m)) != -1 for m in request_text.TRIGGER_BYTES):
             return False
         raw = bytes(block[start:end]).decode("utf-8", errors="replace")
+        if not starts_record(raw.rstrip("\r\n")):
+            # A line that opens no record may continue request text from above (a
+            # quote left open there closes here, and what follows is a record): only
+            # `match` looks above (fuzz: `prompt:'` over `prompt:…'Engine core proc
+            # A died unexpectedly`, the death counts).
+            return False
         decoys = request_text.spans(raw)
         return bool(decoys) and not self.candidates(raw, decoys)
 
