@@ -324,7 +324,6 @@ class Comparison:
     why: str
 
 
-
 def _by_constructor(cls: type) -> None:
     """Pickle instances of `cls` as its constructor and its field values. The
     default for a frozen slots dataclass (a state dict set back one field at a time

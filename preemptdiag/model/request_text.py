@@ -28,12 +28,18 @@ import regex  # type: ignore[import-untyped, unused-ignore]
 
 # A quoted Python repr / JSON string on one line, closed or cut off (then it runs to
 # the end of the line). A \r is no line end inside a line: the scanner reads it as a
-# space (tqdm redraws, vLLM's multi-line records), so request text runs on past it. Escapes are consumed in pairs so `\'` does not close a
-# single-quoted repr; a value that starts with a redaction marker is not text.
-SQ = r"'(?!\[REDACTED:)(?:[^'\\\n]|\\[^\n])*+(?:'|\\?(?=\n|\Z))"
-DQ = r'"(?!\[REDACTED:)(?:[^"\\\n]|\\[^\n])*+(?:"|\\?(?=\n|\Z))'
-SQ_CLOSED = r"'(?:[^'\\\n]|\\[^\n])*+'"
-DQ_CLOSED = r'"(?:[^"\\\n]|\\[^\n])*+"'
+# space (tqdm redraws, vLLM's multi-line records), so request text runs on past it.
+# Escapes are consumed in pairs so `\'` does not close a single-quoted repr; a value
+# that starts with a redaction marker is not text. The body is written unrolled
+# (plain characters as one class run, then escape + run, possessive): the same
+# strings as `(?:[^'\\\n]|\\[^\n])*+`, 3x faster on a prompt of a few KB, because
+# the regex engine runs a class repetition without trying an alternation per
+# character (a prompt line of the request-logging bench: 365 -> 120 us;
+# tests/model/test_request_text.py holds the two forms to the same matches).
+SQ = r"'(?!\[REDACTED:)[^'\\\n]*+(?:\\[^\n][^'\\\n]*+)*+(?:'|\\?(?=\n|\Z))"
+DQ = r'"(?!\[REDACTED:)[^"\\\n]*+(?:\\[^\n][^"\\\n]*+)*+(?:"|\\?(?=\n|\Z))'
+SQ_CLOSED = r"'[^'\\\n]*+(?:\\[^\n][^'\\\n]*+)*+'"
+DQ_CLOSED = r'"[^"\\\n]*+(?:\\[^\n][^"\\\n]*+)*+"'
 
 
 @dataclass(frozen=True, slots=True)
