@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from preemptdiag.ingest.sources import Source
 from preemptdiag.model.records import Event, FieldValue, Kind, Window
+from preemptdiag.scan import passes
+from preemptdiag.scan.matcher import Matcher
 from preemptdiag.scan.signatures import Signature, load_dir
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -132,3 +136,19 @@ def bench_module(stem: str) -> ModuleType:
     sys.modules[name] = mod  # dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
     return mod
+
+
+def scan_garbage(src: Source, matcher: Matcher) -> int:
+    """Objects in reference cycles that one scan of `src` left behind, rollups on (as
+    analyze scans): analyze runs with the cyclic collector paused (gcpause.py), so
+    any such object would stay until the run ends."""
+    matcher.finder()  # built before: compiling the prefilter is no scan
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        passes.scan_fast(src, matcher, rollup=True)
+        return gc.collect()
+    finally:
+        if was:
+            gc.enable()

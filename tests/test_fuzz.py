@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from builders import bench_module
+from builders import bench_module, scan_garbage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -194,6 +194,15 @@ def test_fast_path_equals_reference(workdir: Path, data: bytes, cr_only: bool) -
     assert fast.recognised == ref.recognised
     assert fast.lines_read == ref.lines_read
     assert fast.bytes_read == ref.bytes_read == len(data)
+
+
+@FUZZ
+@given(LOG_BYTES, st.booleans())
+def test_the_scan_makes_no_reference_cycles(workdir: Path, data: bytes, cr_only: bool) -> None:
+    # analyze scans with the cyclic collector paused: a cycle per odd line would pile up.
+    path = workdir / "scan.log"
+    path.write_bytes(data)
+    assert scan_garbage(_source(path, len(data), cr_only), MATCHER) == 0
 
 
 @FUZZ

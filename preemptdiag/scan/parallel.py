@@ -17,7 +17,6 @@ imports polars there) and draws the progress bar from a shared byte counter.
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -177,7 +176,11 @@ def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
     i, src, byte_range = args
     limit = _INHERITED["max_hits"]
     budget = None if limit is None else Budget(_INHERITED["held"], i, limit, src.name)
-    gc.enable()  # the previous range's result is shipped: collect as usual
+    # The collector stays as the parent forked it: analyze scans with it paused
+    # (the scan makes no cycles), and the pool pickles the result after this
+    # returns, which makes no garbage either; with the collector on, it walked the
+    # result's objects again and again (gcpause.py): 0.96 -> 0.58 s to pickle a
+    # month's hits.
     result = scan_fast(
         src,
         _INHERITED["matcher"],
@@ -187,10 +190,6 @@ def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
         snap=_INHERITED["snaps"][i],
         budget=budget,
     )
-    # The pool pickles the result after this returns, which makes no garbage; with
-    # the collector on, it walked the result's objects again and again (gcpause.py):
-    # 0.96 -> 0.58 s to pickle a month's hits.
-    gc.disable()
     return result
 
 
