@@ -442,3 +442,31 @@ def test_jobs_workers_forked_after_polars_started_never_touch_it(tmp_path: Path)
         proc.communicate()
         pytest.fail("a second analysis in one process hung in its --jobs workers")
     assert proc.returncode == 0, err[-2000:]
+
+
+def test_workers_scan_with_the_cyclic_collector_paused(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker scans as analyze's own process does, collector off (gcpause.py), even
+    when the caller has it on: the pool forks inside scan_parallel's pause."""
+    import gc
+
+    real = parallel.scan_fast
+
+    def noting_gc(*args: Any, **kwargs: Any) -> ScanResult:
+        result = real(*args, **kwargs)
+        result.recognised["gc on in worker"] = int(gc.isenabled())
+        result.recognised["worker"] = int(os.getpid() != parent)
+        return result
+
+    parent = os.getpid()
+    monkeypatch.setattr(parallel, "scan_fast", noting_gc)
+    monkeypatch.setattr(parallel, "DENSE_MIN_BYTES", 100_000)
+    src = open_source(str(logs["dense"]))
+    ranges = len(parallel.plan([src], 2, FINDER))
+    assert ranges > 1
+    assert gc.isenabled()
+    (result,) = scan_sources([src], MATCHER, 2)
+    assert result.recognised["worker"] == ranges  # every range, in a worker
+    assert result.recognised["gc on in worker"] == 0
+    assert gc.isenabled()  # and the caller's collector is as it was

@@ -35,7 +35,7 @@ import regex  # type: ignore[import-untyped, unused-ignore]
 # strings as `(?:[^'\\\n]|\\[^\n])*+`, 3x faster on a prompt of a few KB, because
 # the regex engine runs a class repetition without trying an alternation per
 # character (a prompt line of the request-logging bench: 365 -> 120 us;
-# tests/model/test_request_text.py holds the two forms to the same matches).
+# tests/test_request_text.py holds the two forms to the same matches).
 SQ = r"'(?!\[REDACTED:)[^'\\\n]*+(?:\\[^\n][^'\\\n]*+)*+(?:'|\\?(?=\n|\Z))"
 DQ = r'"(?!\[REDACTED:)[^"\\\n]*+(?:\\[^\n][^"\\\n]*+)*+(?:"|\\?(?=\n|\Z))'
 SQ_CLOSED = r"'[^'\\\n]*+(?:\\[^\n][^'\\\n]*+)*+'"

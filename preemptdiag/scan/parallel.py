@@ -176,10 +176,10 @@ def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
     i, src, byte_range = args
     limit = _INHERITED["max_hits"]
     budget = None if limit is None else Budget(_INHERITED["held"], i, limit, src.name)
-    # The collector stays as the parent forked it: analyze scans with it paused
-    # (the scan makes no cycles), and the pool pickles the result after this
-    # returns, which makes no garbage either; with the collector on, it walked the
-    # result's objects again and again (gcpause.py): 0.96 -> 0.58 s to pickle a
+    # The collector stays off, as scan_parallel forked the worker: the scan makes no
+    # reference cycles (tests/test_scan.py), and the pool pickles the result after
+    # this returns, which makes no garbage either; with the collector on, it walked
+    # the result's objects again and again (gcpause.py): 0.96 -> 0.58 s to pickle a
     # month's hits.
     result = scan_fast(
         src,
