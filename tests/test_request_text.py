@@ -296,37 +296,28 @@ def test_lines_below_unquoted_prompt_text_are_records_again(
     assert DECOY not in report["scan"]["skipped"]  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    "closing",
+    [
+        # Found by bench/fuzz.py: the closing line holds a CUDA OOM quote, then the
+        # engine's own record glued on: the quote once became evidence, printed with
+        # the prompt, because the glued record's literal let the line in.
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. {CANARY}', ",
+        # Found by the fuzz test (fast path != reference): the closing line quotes a
+        # key (`prompt: …`) of its own. Read alone, that key ran to the end of the
+        # line and the fast path skipped the line as a decoy; the quote opened above
+        # closes first, and the record glued after it counts.
+        f"it said prompt: {'words ' * 40}CUDA out of memory {CANARY}', ",
+    ],
+    ids=["oom-quote", "quoted-key"],
+)
 def test_a_record_glued_where_a_multi_line_prompt_closes_counts_and_the_prompt_not(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, closing: str
 ) -> None:
-    # Found by bench/fuzz.py: the closing line of a multi-line prompt holds a CUDA OOM
-    # quote, then the engine's own record glued on: the quote once became evidence,
-    # printed with the prompt, because the glued record's literal let the line in.
     log = _queueing_log()
     log[12:12] = [
         VL.format(s=3) + f"Received request cmpl-2: prompt: '{CANARY} first line",
-        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. {CANARY}', "
-        "params: SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
-    ]
-    _, report, text = _run_all_formats(capsys, tmp_path, log)
-    assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
-    assert "alloc" not in str(report["scan"]["recognised"])  # type: ignore[index]
-    assert report["scan"]["skipped"][DECOY] == 1  # type: ignore[index]
-    assert CANARY not in text
-
-
-def test_a_record_glued_after_a_multi_line_prompt_that_quotes_a_key_counts(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    # Found by the fuzz test (fast path != reference): the closing line of a
-    # multi-line prompt quotes a key (`prompt: …`) of its own. Read alone, that key
-    # ran to the end of the line and the fast path skipped the line as a decoy; the
-    # quote opened above closes first, and the record glued after it counts.
-    log = _queueing_log()
-    log[12:12] = [
-        VL.format(s=3) + f"Received request cmpl-2: prompt: '{CANARY} first line",
-        f"it said prompt: {'words ' * 40}CUDA out of memory {CANARY}', params: "
-        "SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
+        closing + "params: SamplingParams(n=1)" + SG.format(s=4) + RETRACT,
     ]
     _, report, text = _run_all_formats(capsys, tmp_path, log)
     assert report["scan"]["recognised"]["preemption"] == 1  # type: ignore[index]
