@@ -696,8 +696,9 @@ def episode_table(
 
 
 def episode_title(table: EpisodeTable, *, compact: bool = False) -> str:
-    runs = "run" if table.episodes == 1 else "runs"
-    text = f"{fmt_int(table.windows)} windows in {fmt_int(table.episodes)} {runs} of one class"
+    # "3 runs of one class" read as if every run had the same class.
+    runs = "run of one class" if table.episodes == 1 else "runs, one class each"
+    text = f"{fmt_int(table.windows)} windows in {fmt_int(table.episodes)} {runs}"
     return text + (f" ({VERDICT_MARK_SHORT.strip()} the verdict's)" if compact else "")
 
 

@@ -93,6 +93,30 @@ def _table(columns: Sequence[common.Column], rows: Sequence[common.Row], ci: int
     return table
 
 
+def _fitted_episodes(console: Console, eps: common.EpisodeTable) -> Table:
+    """The episode table, a from → to broken after its arrow where on one line the
+    table would not fit: a run across a new year (`2025-12-20 00:00 → 2026-01-02
+    21:20`) made it too wide at 100 columns, and the cells cut to fit lost the end
+    time and the confidence (`2026-01-02 21:…`, `medi…`). Spans no wider than the
+    broken ones stay on one line."""
+    table = _table(eps.columns, eps.rows, eps.class_index)
+    unbounded = console.options.update_width(1 << 16)
+    if console.measure(table, options=unbounded).maximum <= console.width:
+        return table
+    at = [c.key for c in eps.columns].index("span")
+    pieces = [p for row in eps.rows for p in row.cells[at].split(" → ")]
+    room = max(len(p) for p in pieces) + len(" →")
+
+    def fitted(cell: str) -> str:
+        return cell.replace(" → ", " →\n") if len(cell) > room else cell
+
+    rows = [
+        replace(row, cells=tuple(fitted(c) if i == at else c for i, c in enumerate(row.cells)))
+        for row in eps.rows
+    ]
+    return _table(eps.columns, rows, eps.class_index)
+
+
 def _timeline_of(
     console: Console, report: Report, width: int, replica: str | None, mode: TimelineMode
 ) -> None:
@@ -102,7 +126,7 @@ def _timeline_of(
         title = f"Episodes — {common.episode_title(eps, compact=True)}{of}"
         console.print()
         console.print(Text(title, style="bold underline"))
-        console.print(_table(eps.columns, eps.rows, eps.class_index))
+        console.print(_fitted_episodes(console, eps))
         if eps.silent:
             console.print(Text(f"  {common.SILENT_LEGEND}", style="dim"))
     tl = common.timeline(report, mode, compact=True)

@@ -62,7 +62,7 @@ def minutes_shown(text: str) -> list[int]:
 
 def test_episode_rows_carry_span_class_count_peaks_and_confidence() -> None:
     text = render(long_report(), Format.MARKDOWN)
-    assert "#### Episodes (60 windows in 3 runs of one class)" in text
+    assert "#### Episodes (60 windows in 3 runs, one class each)" in text
     assert rows(text, "Episodes") == [
         ["21:24:00 → 21:54:00", "`healthy`", "30", "0", "40.0", "0", "high"],
         ["21:54:00 → 21:57:00", "`thrash_loop` ◀ verdict", "3", "21", "99.2", "32", "high"],
@@ -159,6 +159,46 @@ def test_mixed_confidence_names_the_minority() -> None:
     assert rows(render(r, Format.MARKDOWN), "Episodes")[0][-1] == "high (2 low, 1 medium)"
 
 
+def test_terminal_episode_table_keeps_a_run_across_a_new_year_whole_at_100_columns() -> None:
+    # A month-long log over New Year: the first run's from → to names both years, and
+    # on one line the table was too wide for 100 columns, so its cells were cut to fit
+    # (`2026-01-01 01:…`, `medi…`). The span now breaks after its arrow instead.
+    eve = datetime(2025, 12, 31, 22, 0, tzinfo=UTC)
+
+    def at(i: int, cls: Class, **kw: Any) -> Any:
+        start = eve + timedelta(minutes=i)
+        return win(i, cls, start=start, end=start + timedelta(minutes=1), **kw)
+
+    ws = [at(i, Class.HEALTHY, confidence=Confidence.MEDIUM) for i in range(180)]
+    ws += [at(i, Class.INSUFFICIENT_EVIDENCE, kv_max=99.0) for i in range(180, 190)]
+    ws += [at(i, Class.HEALTHY, confidence=Confidence.MEDIUM) for i in range(190, 250)]
+    r = replace(thrash_report(), windows=tuple(ws))
+    r = replace(
+        r,
+        verdict=replace(
+            r.verdict,
+            cls=Class.INSUFFICIENT_EVIDENCE,
+            start=eve + timedelta(minutes=180),
+            end=eve + timedelta(minutes=190),
+        ),
+    )
+    text = render(r, Format.TERMINAL, width=100)
+    table = text.split("Episodes — ")[1].split("\n\n")[0].splitlines()[3:]
+    assert [ln.split()[:4] for ln in table] == [
+        ["2025-12-31", "22:00", "→", "healthy"],
+        ["2026-01-01", "01:00"],
+        ["01-01", "01:00", "→", "insufficient_evidence"],
+        ["01:10"],
+        ["01-01", "01:10", "→", "healthy"],
+        ["02:10"],
+    ]
+    assert not any("…" in ln for ln in table)
+    assert max(len(ln) for ln in text.splitlines()) <= 100
+    # Where one line fits, a span stays on one line.
+    wide = render(r, Format.TERMINAL, width=160)
+    assert "2025-12-31 22:00 → 2026-01-01 01:00  healthy" in wide
+
+
 def test_terminal_episode_table_per_replica() -> None:
     a = [win(i, replica="pod-a") for i in range(50)]
     b = [
@@ -174,7 +214,7 @@ def test_terminal_episode_table_per_replica() -> None:
     )
     text = render(r, Format.TERMINAL)
     assert "Episodes — 50 windows in 1 run of one class (◀ the verdict's) — pod-a" in text
-    assert "Episodes — 50 windows in 3 runs of one class (◀ the verdict's) — pod-b" in text
+    assert "Episodes — 50 windows in 3 runs, one class each (◀ the verdict's) — pod-b" in text
     # pod-b has no verdict: its own most severe episode (queueing) is shown in full.
     after_b = text.split("— pod-b")[2]
     assert re.findall(r"^(\d\d:\d\d):00\s+(\w+)", after_b, re.M)[:11] == [
