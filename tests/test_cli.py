@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,25 @@ def test_stdin_is_streamed(
     assert pipe.served == len(pipe.data)
     # Same verdict line as the file itself.
     assert main(["analyze", "-q", str(SAMPLES / "v0_thrash_loop.log")]) == 1
+
+
+def test_a_year_less_log_on_stdin_is_never_dated_after_it_was_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Piped on Dec 2, a log of Dec 20 to Jan 9 (no year in vLLM's stamps) was dated to
+    # the coming Dec 20 and the next January: stdin has no file time to bound it. Its
+    # month-days here come after today's, so they are last year's.
+    from builders import healthy_v1_log
+
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    start = now + timedelta(days=18) - timedelta(days=365)
+    log = "\n".join(healthy_v1_log(start, minutes=3 * 24 * 60, every=60)) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(_Pipe(log.encode()))))
+    assert main(["analyze", "--format", "json", "-"]) == 0
+    (replica,) = json.loads(capsys.readouterr().out)["replicas"]
+    assert replica["dated_by"] == ["the time stdin was read"]
+    assert datetime.fromisoformat(replica["end"]) < now
+    assert datetime.fromisoformat(replica["start"]).date() == start.date()
 
 
 def test_several_formats_to_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -359,7 +359,7 @@ def _judged(
                         if store and e.engine == "prometheus"
                     },
                     **{
-                        src.name: how_dated(r, opts.time)
+                        src.name: how_dated(r, opts.time, src)
                         for r, src in zip(results, logs, strict=True)
                     },
                 },

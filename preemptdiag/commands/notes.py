@@ -57,14 +57,16 @@ def visibility_notes(
     return notes
 
 
-def how_dated(r: ScanResult, time: TimeContext) -> str:
+def how_dated(r: ScanResult, time: TimeContext, src: Source) -> str:
     """How one input's stamps got their date and year."""
     if any(h.ts_wrapper and h.ts_wrapper.dated for h in r.hits):
         return "dated wrapper stamps"
     if any(h.ts_engine for h in r.hits) or any(
         h.ts_wrapper and h.ts_wrapper.kind in ("syslog", "clock") for h in r.hits
     ):
-        return f"--year {time.year}" if time.year else "the file's modification time"
+        if time.year:
+            return f"--year {time.year}"
+        return "the file's modification time" if src.mtime else "the time stdin was read"
     if any(h.ts_wrapper and h.ts_wrapper.kind == "uptime" for h in r.hits):
         return "dmesg uptime + --boot-time" if time.boot_time else "dmesg uptime, no boot time"
     return "no timestamps"
@@ -80,10 +82,10 @@ def alignment_notes(
     for r, src in zip(results, logs, strict=True):
         if not r.hits:
             continue
-        how = how_dated(r, time)
+        how = how_dated(r, time, src)
         if how == "dated wrapper stamps" or how == "dmesg uptime + --boot-time":
             continue
-        if how.startswith(("--year", "the file")):
+        if how.startswith(("--year", "the file", "the time stdin")):
             guessed.append(f"{src.name} (year/date from {how})")
         elif how.startswith("dmesg uptime"):
             out.append(

@@ -181,14 +181,17 @@ def resolve_times(
         if ts is None and h.ts_engine:
             ts = _safe(_engine_ts, h.ts_engine, clock, ctx)
         out.append((h, ts))
-    # Year-less stamps taken from mtime: a log cannot end after the file was written.
-    if ctx.year is None and mtime is not None:
+    # Year-less stamps take their year from mtime, or on stdin from the time it is
+    # read: a log cannot end after it was written. (Piped on Dec 2, a log of Dec 20 to
+    # Jan 9 was dated to the coming Dec 20 and January, in the future.)
+    if ctx.year is None:
+        written = mtime if mtime is not None else datetime.now(tz=UTC)
         dated = [
             (member_time(h.rollup.last, h, t) or t) if h.rollup else t
             for h, t in out
             if t is not None and not _has_own_year(h)
         ]
-        if dated and max(dated) > mtime + timedelta(days=2):
+        if dated and max(dated) > written + timedelta(days=2):
             out = [
                 (h, _minus_year(t) if t is not None and not _has_own_year(h) else t) for h, t in out
             ]
