@@ -416,3 +416,30 @@ def _as_reference(pattern: str) -> str:
     ):
         pattern = pattern.replace(fast, ref)
     return pattern
+
+
+# Texts made of triggers, their pieces and the characters around them.
+_TRIGGER_TEXT = st.lists(
+    st.sampled_from(
+        [*request_text.TRIGGERS, "prompt", "Prompt", ":", "=", "'", '"', " ", "x", "\n"]
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_TRIGGER_TEXT)
+def test_triggered_finds_each_shape_whose_trigger_the_text_holds(text: str) -> None:
+    want = tuple(s.name for s in request_text.SHAPES if any(t in text for t in s.triggers))
+    assert request_text.triggered(text) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_TRIGGER_TEXT, cut=st.integers(0, 40), last=st.integers(-1, 60))
+def test_trigger_starts_in_is_a_find_of_each_trigger_bounded_by_where_it_starts(
+    text: str, cut: int, last: int
+) -> None:
+    buf = bytearray(text.encode())
+    start = min(cut, len(buf))
+    want = any(buf.find(t, start, last + len(t)) != -1 for t in request_text.TRIGGER_BYTES)
+    assert request_text.trigger_starts_in(buf, start, last) == want

@@ -178,8 +178,7 @@ class Matcher:
         hi = first - self._longest_bytes
         if hi < start:
             return False
-        find = block.find
-        if not any(find(m, start, hi + len(m)) != -1 for m in request_text.TRIGGER_BYTES):
+        if not request_text.trigger_starts_in(block, start, hi):
             return False
         raw = bytes(block[start:end]).decode("utf-8", errors="replace")
         if not starts_record(raw.rstrip("\r\n")):
