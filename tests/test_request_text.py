@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import regex  # type: ignore[import-untyped, unused-ignore]
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptdiag.cli import main
@@ -427,18 +427,35 @@ _TRIGGER_TEXT = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=500, deadline=None)
+# Texts up to the listing's limit are listed in one pass, longer ones searched: a
+# limit of 0 sends these short texts the other way.
+_EITHER_WAY = pytest.mark.parametrize("listed_at_most", [None, 0], ids=["listed", "searched"])
+
+
+@_EITHER_WAY
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(text=_TRIGGER_TEXT)
-def test_triggered_finds_each_shape_whose_trigger_the_text_holds(text: str) -> None:
+def test_triggered_finds_each_shape_whose_trigger_the_text_holds(
+    monkeypatch: pytest.MonkeyPatch, listed_at_most: int | None, text: str
+) -> None:
+    if listed_at_most is not None:
+        monkeypatch.setattr(request_text, "_LISTED_AT_MOST", listed_at_most)
     want = tuple(s.name for s in request_text.SHAPES if any(t in text for t in s.triggers))
     assert request_text.triggered(text) == want
 
 
-@settings(max_examples=500, deadline=None)
+@_EITHER_WAY
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(text=_TRIGGER_TEXT, cut=st.integers(0, 40), last=st.integers(-1, 60))
 def test_trigger_starts_in_is_a_find_of_each_trigger_bounded_by_where_it_starts(
-    text: str, cut: int, last: int
+    monkeypatch: pytest.MonkeyPatch, listed_at_most: int | None, text: str, cut: int, last: int
 ) -> None:
+    if listed_at_most is not None:
+        monkeypatch.setattr(request_text, "_LISTED_AT_MOST", listed_at_most)
     buf = bytearray(text.encode())
     start = min(cut, len(buf))
     want = any(buf.find(t, start, last + len(t)) != -1 for t in request_text.TRIGGER_BYTES)

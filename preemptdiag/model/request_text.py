@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
+import ahocorasick_rs
 import regex  # type: ignore[import-untyped, unused-ignore]
 
 # A quoted Python repr / JSON string on one line, closed or cut off (then it runs to
@@ -107,14 +108,20 @@ SHAPES: tuple[Shape, ...] = (
 NAMES = tuple(s.name for s in SHAPES)
 TRIGGERS = tuple(dict.fromkeys(t for s in SHAPES for t in s.triggers))
 TRIGGER_BYTES = tuple(t.encode() for t in TRIGGERS)
-# Whether a text holds any trigger, in one search that stops at the first: most lines
-# hold none, and 36 `in` tests cost ~4 us a line, most of the request-text check on a
-# dense SGLang log (two batch lines a second); this is ~1 us. (An Aho-Corasick pass
-# listing every trigger was faster on such lines but cost 0.3 s and 34 MiB on a 1 MiB
-# line of `prompt: prompt: …`; this stops at the first.)
-_ANY_TRIGGER = re.compile("|".join(map(re.escape, TRIGGERS)))
+# Which triggers a text holds. Every candidate line of every log is asked (the
+# scanner's raw-bytes decoy test, then each request-text search), and 36 `in` tests
+# cost ~4 us a line, and ~30 us on a prompt of a few KB (each absent trigger scans it
+# whole). One Aho-Corasick pass (ahocorasick-rs, the prefilter's fallback) lists them
+# all, overlapping (`prompt:` inside `prompt: ` counts for both shapes), in ~0.5 us.
+# A listing is as long as the text is dense in triggers (a 1 MiB line of `prompt: `
+# repeated: 0.3 s and 34 MiB), so texts over _LISTED_AT_MOST take the searches that
+# stop at the first (13 ms for that line, as before).
+_FIND_TRIGGERS = ahocorasick_rs.AhoCorasick(list(TRIGGERS))
+_FIND_TRIGGER_BYTES = ahocorasick_rs.BytesAhoCorasick(list(TRIGGER_BYTES))
+_SHAPES_OF = tuple(frozenset(k for k, s in enumerate(SHAPES) if t in s.triggers) for t in TRIGGERS)
 _ANY_TRIGGER_BYTES = re.compile(b"|".join(map(re.escape, TRIGGER_BYTES)))
 _LONGEST_TRIGGER = max(map(len, TRIGGER_BYTES))
+_LISTED_AT_MOST = 16 << 10  # characters (bytes): at most ~2,000 matches listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,18 +143,28 @@ def _combined(names: tuple[str, ...]) -> regex.Pattern[str]:
 
 def triggered(text: str) -> tuple[str, ...]:
     """The shapes whose triggers are in `text`, in SHAPES order."""
-    if _ANY_TRIGGER.search(text) is None:
+    if len(text) > _LISTED_AT_MOST:
+        return tuple(s.name for s in SHAPES if any(t in text for t in s.triggers))
+    found = _FIND_TRIGGERS.find_matches_as_indexes(text, overlapping=True)
+    if not found:
         return ()
-    return tuple(s.name for s in SHAPES if any(t in text for t in s.triggers))
+    shapes = frozenset().union(*(_SHAPES_OF[i] for i, _, _ in found))
+    return tuple(s.name for k, s in enumerate(SHAPES) if k in shapes)
 
 
 def trigger_starts_in(buf: bytes | bytearray, start: int, last: int) -> bool:
     """Whether a trigger starts in buf[start:last + 1] (it may run on past `last`)."""
     if last < start:
         return False
-    # The leftmost trigger in the window: if it starts after `last`, none starts before.
-    m = _ANY_TRIGGER_BYTES.search(buf, start, last + _LONGEST_TRIGGER)
-    return m is not None and m.start() <= last
+    end = last + _LONGEST_TRIGGER
+    if end - start > _LISTED_AT_MOST:
+        # The leftmost trigger: if it starts after `last`, none starts before.
+        m = _ANY_TRIGGER_BYTES.search(buf, start, end)
+        return m is not None and m.start() <= last
+    found = _FIND_TRIGGER_BYTES.find_matches_as_indexes(
+        memoryview(buf)[start:end], overlapping=True
+    )
+    return any(at <= last - start for _, at, _ in found)
 
 
 def combined(names: tuple[str, ...]) -> regex.Pattern[str]:
