@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from builders import v1_stats_line
 
 from preemptdiag.commands.analyze import Options, run_analysis
+from preemptdiag.commands.options import parse_tz
 from preemptdiag.model.records import Kind
 from preemptdiag.timeline.events import TimeContext
 
@@ -144,3 +149,39 @@ def test_dmesg_uptime_borrows_boot_time_from_journald(tmp_path: Path) -> None:
     kill = [e for e in out.events if e.kind is Kind.HOST_OOM]
     assert kill and kill[0].ts is not None
     assert kill[0].ts.isoformat() == "2025-08-19T18:01:40.500000+00:00"
+
+
+def _berlin_fold_log(hot_from_utc: int) -> list[str]:
+    """Stats lines every 10 s, stamped on Berlin's wall clock, from 22:00 to 04:00 UTC
+    over the night summer time ends (Oct 25 2026: 02:00-03:00 comes twice); Waiting 50
+    and KV 99 % for 20 minutes from `hot_from_utc` minutes after 00:00 UTC."""
+
+    berlin = ZoneInfo("Europe/Berlin")
+    t0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
+    lines = []
+    for i in range(-120 * 6, 240 * 6):
+        t = t0 + timedelta(seconds=10 * i)
+        hot = hot_from_utc * 6 <= i < (hot_from_utc + 20) * 6
+        wall = t.astimezone(berlin).replace(tzinfo=None)
+        lines.append(v1_stats_line(wall, 10, 50 if hot else 0, 99.0 if hot else 30.0))
+    return lines
+
+
+def test_the_hour_a_dst_change_repeats_is_read_twice_not_merged(tmp_path: Path) -> None:
+    # Read as its first pass, the repeated hour's second pass (02:xx CET) landed on the
+    # first's windows (twelve lines a minute, its Waiting mixed in), and the next UTC
+    # hour was empty. An incident in either pass is placed where it happened.
+
+    for hot, hot_utc in ((30, "00:30"), (90, "01:30")):
+        log = tmp_path / f"fold{hot}.log"
+        log.write_text("\n".join(_berlin_fold_log(hot)) + "\n")
+        opts = Options(files=(str(log),), time=TimeContext(year=2026, tz=parse_tz("Europe/Berlin")))
+        report = run_analysis(opts).report
+        ws = report.windows
+        assert len(ws) == 360 and {w.n_stats for w in ws} == {6}
+        assert [w.start for w in ws] == sorted(w.start for w in ws if w.start)
+        assert report.verdict.start == datetime.fromisoformat(f"2026-10-25T{hot_utc}:00+00:00")
+        hot_windows = [w for w in ws if (w.waiting_max or 0) > 0]
+        assert len(hot_windows) == 20
+        assert all(w.waiting_first == w.waiting_last == 50 for w in hot_windows)
+        assert hot_windows[0].start.astimezone(UTC).strftime("%H:%M") == hot_utc  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from itertools import pairwise
 from typing import TypeVar
 
@@ -195,6 +195,8 @@ def resolve_times(
             out = [
                 (h, _minus_year(t) if t is not None and not _has_own_year(h) else t) for h, t in out
             ]
+    if not isinstance(ctx.tz, timezone):  # a named zone: its clocks change
+        out = _in_utc(out, ctx.tz)
     _stamp_from_context(out, ctx)
     # Lines with no stamp of their own inherit the previous line's (tracebacks, bare
     # errors); the ones before the first stamp take the first.
@@ -227,6 +229,36 @@ def resolve_times(
             t = member[1]
         filled.append((h, t if t is not None else last))
     return filled
+
+
+# How far back a line may be stamped from the one above before a wall-clock time in
+# an hour a DST change repeats reads as its second pass: records of several processes
+# glued into one log can be seconds out of order.
+_FOLD_SKEW = timedelta(seconds=60)
+
+
+def _in_utc(
+    out: list[tuple[Hit, datetime | None]], tz: tzinfo
+) -> list[tuple[Hit, datetime | None]]:
+    """The stamps that took their zone from --tz, in UTC, and in the hour a change back
+    from summer time repeats (02:00-03:00 twice in Europe/Berlin), read as its second
+    pass where the first would go back an hour from the line above: `02:10 CET` after
+    `02:59 CEST` is 01:10 UTC, not 00:10 (its windows merged two hours of lines and left
+    the next hour empty). In UTC from here, because datetimes of one zone compare by
+    their wall clocks: 02:10 CET sorted before 02:45 CEST."""
+    done: list[tuple[Hit, datetime | None]] = []
+    last: datetime | None = None
+    for h, t in out:
+        if t is not None and t.tzinfo is tz:
+            first = t.astimezone(UTC)
+            second = t.replace(fold=1).astimezone(UTC)
+            if last is not None and first < last - _FOLD_SKEW <= second:
+                first = second
+            t = first
+        if t is not None:
+            last = t if last is None or t > last else last
+        done.append((h, t))
+    return done
 
 
 def _has_own_year(h: Hit) -> bool:
