@@ -94,14 +94,19 @@ def _table(columns: Sequence[common.Column], rows: Sequence[common.Row], ci: int
 
 
 def _fitted_episodes(console: Console, eps: common.EpisodeTable) -> Table:
-    """The episode table, a from → to broken after its arrow where on one line the
-    table would not fit: a run across a new year (`2025-12-20 00:00 → 2026-01-02
-    21:20`) made it too wide at 100 columns, and the cells cut to fit lost the end
-    time and the confidence (`2026-01-02 21:…`, `medi…`). Spans no wider than the
-    broken ones stay on one line."""
-    table = _table(eps.columns, eps.rows, eps.class_index)
+    """The episode table, narrowed only as far as it must be to fit: first a from → to
+    breaks after its arrow, then the headers break at their spaces (`KV` over `max`).
+    On one line a run across a new year (`2025-12-20 00:00 → 2026-01-02 21:20`) made
+    the table too wide at 100 columns, and an `insufficient_evidence` run any table at
+    80; the cells cut to fit lost the end time and the confidence (`2026-01-02 21:…`,
+    `medi…`, `windo…`). Spans no wider than the broken ones stay on one line."""
     unbounded = console.options.update_width(1 << 16)
-    if console.measure(table, options=unbounded).maximum <= console.width:
+
+    def fits(table: Table) -> bool:
+        return console.measure(table, options=unbounded).maximum <= console.width
+
+    table = _table(eps.columns, eps.rows, eps.class_index)
+    if fits(table):
         return table
     at = [c.key for c in eps.columns].index("span")
     pieces = [p for row in eps.rows for p in row.cells[at].split(" → ")]
@@ -114,7 +119,13 @@ def _fitted_episodes(console: Console, eps: common.EpisodeTable) -> Table:
         replace(row, cells=tuple(fitted(c) if i == at else c for i, c in enumerate(row.cells)))
         for row in eps.rows
     ]
-    return _table(eps.columns, rows, eps.class_index)
+    table = _table(eps.columns, rows, eps.class_index)
+    if fits(table):
+        return table
+    # `from → to (UTC)` over two lines, the numbers' headers too where they have a space
+    cols = [replace(c, short=c.short.replace(" (", "\n(").replace(" ", "\n")) for c in eps.columns]
+    cols[at] = replace(eps.columns[at], short=eps.columns[at].short.replace(" (", "\n("))
+    return _table(cols, rows, eps.class_index)
 
 
 def _timeline_of(

@@ -159,29 +159,35 @@ def test_mixed_confidence_names_the_minority() -> None:
     assert rows(render(r, Format.MARKDOWN), "Episodes")[0][-1] == "high (2 low, 1 medium)"
 
 
+def _suspected_run_between_calm_ones(
+    first: datetime, before: int, during: int, after: int
+) -> Report:
+    """Minute windows from `first`: `before` healthy ones (medium confidence), `during`
+    insufficient_evidence ones (the verdict's, the longest class name), `after` healthy."""
+
+    def at(i: int, cls: Class, **kw: Any) -> Any:
+        start = first + timedelta(minutes=i)
+        return win(i, cls, start=start, end=start + timedelta(minutes=1), **kw)
+
+    calm = {"confidence": Confidence.MEDIUM}
+    ws = [at(i, Class.HEALTHY, **calm) for i in range(before)]
+    ws += [at(i, Class.INSUFFICIENT_EVIDENCE, kv_max=99.0) for i in range(before, before + during)]
+    ws += [at(i, Class.HEALTHY, **calm) for i in range(before + during, before + during + after)]
+    r = replace(thrash_report(), windows=tuple(ws))
+    verdict = replace(
+        r.verdict,
+        cls=Class.INSUFFICIENT_EVIDENCE,
+        start=first + timedelta(minutes=before),
+        end=first + timedelta(minutes=before + during),
+    )
+    return replace(r, verdict=verdict)
+
+
 def test_terminal_episode_table_keeps_a_run_across_a_new_year_whole_at_100_columns() -> None:
     # A month-long log over New Year: the first run's from → to names both years, and
     # on one line the table was too wide for 100 columns, so its cells were cut to fit
     # (`2026-01-01 01:…`, `medi…`). The span now breaks after its arrow instead.
-    eve = datetime(2025, 12, 31, 22, 0, tzinfo=UTC)
-
-    def at(i: int, cls: Class, **kw: Any) -> Any:
-        start = eve + timedelta(minutes=i)
-        return win(i, cls, start=start, end=start + timedelta(minutes=1), **kw)
-
-    ws = [at(i, Class.HEALTHY, confidence=Confidence.MEDIUM) for i in range(180)]
-    ws += [at(i, Class.INSUFFICIENT_EVIDENCE, kv_max=99.0) for i in range(180, 190)]
-    ws += [at(i, Class.HEALTHY, confidence=Confidence.MEDIUM) for i in range(190, 250)]
-    r = replace(thrash_report(), windows=tuple(ws))
-    r = replace(
-        r,
-        verdict=replace(
-            r.verdict,
-            cls=Class.INSUFFICIENT_EVIDENCE,
-            start=eve + timedelta(minutes=180),
-            end=eve + timedelta(minutes=190),
-        ),
-    )
+    r = _suspected_run_between_calm_ones(datetime(2025, 12, 31, 22, 0, tzinfo=UTC), 180, 10, 60)
     text = render(r, Format.TERMINAL, width=100)
     table = text.split("Episodes — ")[1].split("\n\n")[0].splitlines()[3:]
     assert [ln.split()[:4] for ln in table] == [
@@ -197,6 +203,29 @@ def test_terminal_episode_table_keeps_a_run_across_a_new_year_whole_at_100_colum
     # Where one line fits, a span stays on one line.
     wide = render(r, Format.TERMINAL, width=160)
     assert "2025-12-31 22:00 → 2026-01-01 01:00  healthy" in wide
+
+
+def test_terminal_episode_table_fits_80_columns_with_the_longest_class() -> None:
+    # `insufficient_evidence ◀` and two-day spans made the table 94 columns wide; at 80
+    # the headers and the confidence were cut (`windo…`, `KV m…`, `medi…`). The spans
+    # break after the arrow, then the headers at their spaces.
+    r = _suspected_run_between_calm_ones(datetime(2026, 6, 16, 22, 0, tzinfo=UTC), 150, 20, 130)
+    text = render(r, Format.TERMINAL, width=80)
+    table = text.split("Episodes — ")[1].split("\n\n")[0].splitlines()[1:]
+    assert table[:2] == [
+        "from → to                                                   KV  wait",
+        "(UTC)          class                    windows  preempt   max   max  conf.",
+    ]
+    assert [ln.split()[:3] for ln in table[3:]] == [
+        ["06-16", "22:00", "→"],
+        ["06-17", "00:30"],
+        ["06-17", "00:30", "→"],
+        ["00:50"],
+        ["06-17", "00:50", "→"],
+        ["03:00"],
+    ]
+    assert "medium" in table[3] and not any("…" in ln for ln in table)
+    assert max(len(ln) for ln in text.splitlines()) <= 80
 
 
 def test_terminal_episode_table_per_replica() -> None:
