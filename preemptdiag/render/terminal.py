@@ -122,9 +122,11 @@ def _fitted_episodes(console: Console, eps: common.EpisodeTable) -> Table:
     table = _table(eps.columns, rows, eps.class_index)
     if fits(table):
         return table
-    # `from → to (UTC)` over two lines, the numbers' headers too where they have a space
-    cols = [replace(c, short=c.short.replace(" (", "\n(").replace(" ", "\n")) for c in eps.columns]
-    cols[at] = replace(eps.columns[at], short=eps.columns[at].short.replace(" (", "\n("))
+    # `from → to` over `(UTC)`, and the other headers at their spaces (`KV` over `max`)
+    cols = [
+        replace(c, short=c.short.replace(" (", "\n(") if i == at else c.short.replace(" ", "\n"))
+        for i, c in enumerate(eps.columns)
+    ]
     return _table(cols, rows, eps.class_index)
 
 

@@ -251,9 +251,10 @@ def _in_utc(
     for h, t in out:
         if t is not None and t.tzinfo is tz:
             first = t.astimezone(UTC)
-            second = t.replace(fold=1).astimezone(UTC)
-            if last is not None and first < last - _FOLD_SKEW <= second:
-                first = second
+            if last is not None and first < last - _FOLD_SKEW:
+                # (only then: the second reading costs as much as the first)
+                second = t.replace(fold=1).astimezone(UTC)
+                first = second if second >= last - _FOLD_SKEW else first
             t = first
         if t is not None:
             last = t if last is None or t > last else last
