@@ -66,3 +66,64 @@ def test_since_and_until_cut_the_timeline(
     )
     report = json.loads(capsys.readouterr().out)
     assert [w["start"][11:16] for w in report["windows"]] == ["11:11", "11:12"]
+
+
+def healthy_replica(path: Path, first_minute: int) -> None:
+    lines = [
+        STATS.format(m=m, s=s, p=0).replace("99.5%", "20.0%")
+        for m in range(first_minute, first_minute + 4)
+        for s in range(5, 60, 10)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "markdown"])
+def test_reports_lead_with_the_verdicts_replica(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fmt: str
+) -> None:
+    # Name order put the healthy a-0 above the thrashing b-1 the verdict names.
+    a, b = tmp_path / "a-0.log", tmp_path / "b-1.log"
+    healthy_replica(a, first_minute=5)
+    thrashing_replica(b, first_minute=5)
+    assert main(["analyze", "--year", "2025", "-f", fmt, str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    timeline = out[out.index("Timeline") :]
+    thrash, healthy = timeline.index("thrash_loop"), timeline.index("healthy")
+    assert thrash < healthy
+    assert timeline.index(str(b)) < timeline.index(str(a)) < healthy
+
+
+def test_json_keeps_replicas_in_name_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a-0.log", tmp_path / "b-1.log"
+    healthy_replica(a, first_minute=5)
+    thrashing_replica(b, first_minute=5)
+    main(["analyze", "--year", "2025", "-f", "json", str(a), str(b)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"]["replica"] == str(b)
+    assert [w["replica"] for w in report["windows"]] == [str(a)] * 4 + [str(b)] * 4
+
+
+@pytest.mark.parametrize(
+    ("args", "tail"),
+    [
+        ([], "read as UTC: cross-file order is approximate (use --year/--tz)"),
+        (["--year", "2025"], "read as UTC: cross-file order is approximate (use --tz)"),
+        (
+            ["--year", "2025", "--tz", "Europe/Berlin"],
+            "read as Europe/Berlin: cross-file order holds if every file was written in that zone",
+        ),
+    ],
+)
+def test_the_alignment_note_asks_only_for_what_was_not_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], tail: str
+) -> None:
+    a, b = tmp_path / "a-0.log", tmp_path / "b-1.log"
+    healthy_replica(a, first_minute=5)
+    thrashing_replica(b, first_minute=5)
+    main(["analyze", "-f", "json", *args, str(a), str(b)])
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    aligned = [n for n in notes if n.startswith("timestamps without a year/zone in ")]
+    assert len(aligned) == 1
+    assert aligned[0].endswith(tail)

@@ -4,7 +4,7 @@ cannot show, and which replica failed first."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from preemptdiag.ingest.rotation import rotation_base
 from preemptdiag.ingest.sources import Source
@@ -98,11 +98,18 @@ def alignment_notes(
                 "them or kept in one undated window"
             )
     if guessed and len([r for r in results if r.hits]) > 1:
-        zone = "UTC" if time.tz is None else str(time.tz)
+        zone = str(time.tz)
+        # Name only the options not given: "use --year/--tz" after --year read as
+        # advice to do what was done. (--tz's default is UTC itself.)
+        given = (("--year", time.year is not None), ("--tz", time.tz is not UTC))
+        missing = [flag for flag, was in given if not was]
+        order = (
+            f"cross-file order is approximate (use {'/'.join(missing)})"
+            if missing
+            else "cross-file order holds if every file was written in that zone"
+        )
         out.append(
-            "timestamps without a year/zone in "
-            + "; ".join(guessed)
-            + f", read as {zone}: cross-file order is approximate (use --year/--tz)"
+            "timestamps without a year/zone in " + "; ".join(guessed) + f", read as {zone}: {order}"
         )
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -382,6 +382,18 @@ def sparklines(report: Report, max_len: int | None = SPARK_MAX) -> list[Spark]:
 
 def replicas(windows: Sequence[Window]) -> list[str]:
     return list(dict.fromkeys(w.replica for w in windows))
+
+
+def verdict_replica_first(report: Report) -> Report:
+    """The report with the verdict's replica's windows ahead of the others' (each
+    replica's in their order): a reader's report leads with the replica the verdict
+    names, where name order put a healthy `a-0` above the thrashing `b-1`. JSON keeps
+    name order, which is stable between runs."""
+    rep = report.verdict.replica
+    names = replicas(report.windows)
+    if len(names) < 2 or names[0] == rep or rep not in names:
+        return report
+    return replace(report, windows=tuple(sorted(report.windows, key=lambda w: w.replica != rep)))
 
 
 def shared_date(windows: Sequence[Window]) -> str | None:

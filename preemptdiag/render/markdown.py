@@ -147,6 +147,7 @@ def _footer(report: Report) -> list[str]:
 
 
 def render_markdown(report: Report, *, timeline: TimelineMode = TimelineMode.EPISODES) -> str:
+    report = common.verdict_replica_first(report)
     lines = [*_verdict(report), *_timeline(report, TimelineMode(timeline))]
     lines += [*_evidence(report), *_lever(report)]
     lines += _footer(report)

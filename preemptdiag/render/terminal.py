@@ -242,6 +242,7 @@ def render_terminal(
         markup=False,
         emoji=False,
     )
+    report = common.verdict_replica_first(report)
     _verdict(console, report)
     _timeline(console, report, width, TimelineMode(timeline))
     _evidence(console, report)
