@@ -126,7 +126,7 @@ BootOpt = Annotated[
 _WHEN = (
     "ISO 8601 (2026-11-04T16:07:00Z), '2026-11-04 16:07' (UTC unless it names a zone), "
     "or a bare 16:07 "
-    "(on the log's first date)"
+    "(on the date in the log's span that holds it; refused when several do)"
 )
 SinceOpt = Annotated[
     str | None, typer.Option("--since", help=f"Ignore events before this time: {_WHEN}.")

@@ -127,3 +127,45 @@ def test_the_alignment_note_asks_only_for_what_was_not_given(
     aligned = [n for n in notes if n.startswith("timestamps without a year/zone in ")]
     assert len(aligned) == 1
     assert aligned[0].endswith(tail)
+
+
+def stats_over(path: Path, stamps: list[str]) -> None:
+    """One healthy V0 stats line at each `MM-DD HH:MM:SS` stamp."""
+    line = STATS.replace("03-02 11:{m:02d}:{s:02d}", "{ts}").replace("99.5%", "20.0%")
+    path.write_text("".join(line.format(ts=ts, p=0) + "\n" for ts in stamps))
+
+
+def test_a_time_of_day_the_span_holds_on_several_dates_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Three days of log: "--since 03:00" read on the first date was a guess that put
+    # the report two days before the incident asked about.
+    p = tmp_path / "week.log"
+    stats_over(p, [f"03-0{d} {h:02d}:00:05" for d in (2, 3, 4) for h in range(24)])
+    assert main(["analyze", "--year", "2025", "--since", "03:00", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "preemptdiag: error: --since 03:00:00: a time of day, and the log's span "
+        "(2025-03-02 00:00 to 2025-03-04 23:00 UTC) holds it on 3 dates; give the date too "
+        "(--since 2025-03-04T03:00:00)"
+    )
+
+
+def test_a_time_of_day_is_placed_on_the_date_of_the_span_that_holds_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 23:00 to 02:00 over midnight: 01:00 is on the second date, not the first.
+    p = tmp_path / "night.log"
+    stats_over(p, ["03-02 23:00:05", "03-02 23:30:05", "03-03 00:30:05", "03-03 01:30:05"])
+    main(["analyze", "--year", "2025", "-f", "json", "--since", "01:00", str(p)])
+    windows = json.loads(capsys.readouterr().out)["windows"]
+    assert [w["start"] for w in windows] == ["2025-03-03T01:30:00+00:00"]
+    # An --until clock is the first such time after --since.
+    main(
+        ["analyze", "--year", "2025", "-f", "json", "--since", "23:15", "--until", "00:45", str(p)]
+    )
+    windows = json.loads(capsys.readouterr().out)["windows"]
+    assert [w["start"] for w in windows] == [
+        "2025-03-02T23:30:00+00:00",
+        "2025-03-03T00:30:00+00:00",
+    ]

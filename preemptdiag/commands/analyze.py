@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -74,7 +74,7 @@ class Options:
     time: TimeContext = field(default_factory=TimeContext)
     since: datetime | None = None
     until: datetime | None = None
-    # (--since, --until) given as a bare time of day: placed on the log's first date
+    # (--since, --until) given as a bare time of day: placed in the log's span (_time_range)
     clock_range: tuple[bool, bool] = (False, False)
     jobs: int = 1
     redact: bool = True
@@ -370,23 +370,45 @@ def _judged(
 
 
 def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None, datetime | None]:
-    """--since/--until; a bare time of day is read on the date the log starts (in
-    --tz), and an --until clock at or before --since's is on the next day."""
+    """--since/--until; a bare time of day is read on the one date of the log's span (in
+    --tz) where that time falls, or the date it starts when none; an --until clock is
+    then the first such time after --since. A time of day that falls on two dates of
+    the span (a week's log and `--since 03:00`) is refused: the first date was a guess
+    that could put the report a week before the incident asked about."""
     since, until = opts.since, opts.until
-    first = next((e.ts for e in events if e.ts is not None), None)
-    if first is None:
+    if not any(opts.clock_range):
         return since, until
-    day = first.astimezone(opts.time.tz).date()
+    stamps = [e.ts for e in events if e.ts is not None]
+    if not stamps:
+        return since, until
+    first, last = min(stamps), max(stamps)
+    tz = opts.time.tz
 
-    def on_day(t: datetime) -> datetime:
-        return datetime.combine(day, t.timetz().replace(tzinfo=None), tzinfo=opts.time.tz)
+    def on_day(t: datetime, day: date) -> datetime:
+        return datetime.combine(day, t.timetz().replace(tzinfo=None), tzinfo=tz)
+
+    def placed(t: datetime, flag: str) -> datetime:
+        day0, day1 = first.astimezone(tz).date(), last.astimezone(tz).date()
+        days = (day0 + timedelta(days=k) for k in range((day1 - day0).days + 1))
+        inside = [c for c in (on_day(t, d) for d in days) if first <= c <= last]
+        if len(inside) > 1:
+            raise DiagError(
+                f"{flag} {t:%H:%M:%S}: a time of day, and the log's span "
+                f"({first.astimezone(tz):%Y-%m-%d %H:%M} to {last.astimezone(tz):%Y-%m-%d %H:%M}"
+                f" {tz}) holds it on {len(inside)} dates; give the date too "
+                f"({flag} {inside[-1]:%Y-%m-%dT%H:%M:%S})"
+            )
+        return inside[0] if inside else on_day(t, day0)
 
     if since is not None and opts.clock_range[0]:
-        since = on_day(since)
+        since = placed(since, "--since")
     if until is not None and opts.clock_range[1]:
-        until = on_day(until)
-        if since is not None and until <= since:
-            until += timedelta(days=1)
+        if since is None:
+            until = placed(until, "--until")
+        else:
+            until = on_day(until, since.astimezone(tz).date())
+            if until <= since:
+                until += timedelta(days=1)
     return since, until
 
 
