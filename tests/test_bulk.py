@@ -13,6 +13,7 @@ from test_equivalence import CORPUS_LOGS, SAMPLES, _assert_same, _bench_generato
 
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
+import preemptdiag.scan.rust_regex as rust_regex
 from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
@@ -61,12 +62,12 @@ def _assert_rollups_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> ScanRe
 
 
 def test_rust_regex_takes_most_builtin_patterns_and_refuses_look_around() -> None:
-    assert bulk.rust_ok(SIGS["vllm.v1.stats"].pattern)
-    assert bulk.rust_ok(SIGS["vllm.v0.stats"].pattern)
+    assert rust_regex.rust_ok(SIGS["vllm.v1.stats"].pattern)
+    assert rust_regex.rust_ok(SIGS["vllm.v0.stats"].pattern)
     # Look-arounds: Rust's regex has none, so these stay on the `regex` path.
-    assert not bulk.rust_ok(SIGS["sglang.stats.decode"].pattern)
-    assert not bulk.rust_ok(SIGS["vllm.v1.stats_running_waiting"].pattern)
-    assert not bulk.rust_ok(r"(?:x)*")  # can match nothing: finditer counts may differ
+    assert not rust_regex.rust_ok(SIGS["sglang.stats.decode"].pattern)
+    assert not rust_regex.rust_ok(SIGS["vllm.v1.stats_running_waiting"].pattern)
+    assert not rust_regex.rust_ok(r"(?:x)*")  # can match nothing: finditer counts may differ
 
 
 @pytest.mark.parametrize("path", SAMPLES + CORPUS_LOGS, ids=lambda p: p.name)

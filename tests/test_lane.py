@@ -19,6 +19,7 @@ from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
 import preemptdiag.scan.passes as passes
+import preemptdiag.scan.rust_regex as rust_regex
 from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
@@ -220,11 +221,11 @@ def test_report_through_the_lane_is_byte_identical(
 
 def test_zero_test_turns_a_leading_look_behind_into_not_preceded_by() -> None:
     rw = SIGS["vllm.v1.stats_running_waiting"]
-    z = lane.zero_test(rw.pattern)
-    assert z is not None and bulk.rust_ok(z)
+    z = rust_regex.zero_test(rw.pattern)
+    assert z is not None and rust_regex.rust_ok(z)
     assert z.startswith("(?:^.{0,9}|")
-    assert lane.zero_test(SIGS["sglang.stats.decode"].pattern) is None or bulk.rust_ok(
-        str(lane.zero_test(SIGS["sglang.stats.decode"].pattern))
+    assert rust_regex.zero_test(SIGS["sglang.stats.decode"].pattern) is None or rust_regex.rust_ok(
+        str(rust_regex.zero_test(SIGS["sglang.stats.decode"].pattern))
     )
 
 
@@ -238,7 +239,7 @@ def test_the_zero_test_finds_something_wherever_the_pattern_matches(text: str) -
 
     for sid in ("vllm.v1.stats_running_waiting", "vllm.v1.stats", "vllm.v0.stats"):
         sig = SIGS[sid]
-        z = lane.zero_test(sig.pattern)
+        z = rust_regex.zero_test(sig.pattern)
         assert z is not None
         probe = f"Running: 1 reqs, Waiting: 2 reqs{text}"
         for t in (text, probe, "tokens/s, " + probe, text + probe):
@@ -252,7 +253,7 @@ def test_ascii_spelling_matches_as_the_unicode_classes_on_ascii_text(text: str) 
     import polars as pl
 
     for pattern in (r"\d+\.\d", r"\w+ \s?\d", r"[\w.]+:\d+", r"\bab\b", r"[^\d]+"):
-        spelt = lane.ascii_only(pattern)
+        spelt = rust_regex.ascii_only(pattern)
         assert spelt is not None
         found = pl.Series([text]).str.count_matches(spelt)[0]
         assert found == len(regex.findall(pattern, text)), (pattern, text)

@@ -24,13 +24,10 @@ tests/test_bulk.py holds the two to identical hits.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Any
-
-import regex
 
 from preemptdiag.model.records import FieldValue, Hit, Kind
 from preemptdiag.scan import lines as ln
@@ -45,6 +42,7 @@ from preemptdiag.scan.matcher import (
     ts_tag,
 )
 from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
+from preemptdiag.scan.rust_regex import rust_ok, usable
 from preemptdiag.scan.signatures import CONVERTERS, Signature
 
 if TYPE_CHECKING:
@@ -113,48 +111,6 @@ class _Ready:
     # The converted fields (in signature order), where polars converted them: None,
     # converted per line.
     typed: dict[str, FieldValue] | None = None
-
-
-# What Rust's regex lacks (look-around, back-references, atomic groups, possessive
-# quantifiers, conditionals), seen in the pattern's text: refused without asking
-# polars, whose string kernels cost memory to page in (a false alarm only keeps a
-# pattern on the regex path).
-_NOT_RUST = regex.compile(r"\(\?<?[=!]|\(\?>|\(\?P=|\\[1-9]|[*+?}]\+|\(\?\(")
-
-
-@cache
-def rust_ok(pattern: str) -> bool:
-    """Whether polars' Rust regex compiles `pattern` (and it cannot match nothing)."""
-    if _NOT_RUST.search(pattern) or regex.search(pattern, "") is not None:
-        return False
-    if not usable():
-        return False  # (a forked worker: see usable)
-    import polars as pl
-
-    try:
-        pl.Series([""], dtype=pl.Utf8).str.count_matches(pattern)
-    except Exception:  # polars raises ComputeError for what Rust's regex rejects
-        return False
-    return True
-
-
-def usable() -> bool:
-    """polars is there, and safe to use in this process: a worker forked after the
-    parent started polars' thread pool may deadlock in it, so it does not."""
-    try:
-        import polars  # noqa: F401
-    except ImportError:
-        return False
-    return not _FORKED_WITH_POLARS
-
-
-# Set in a --jobs worker whose parent had imported polars before forking it.
-_FORKED_WITH_POLARS = False
-
-
-def mark_forked() -> None:
-    global _FORKED_WITH_POLARS
-    _FORKED_WITH_POLARS = "polars" in sys.modules
 
 
 def match_block(

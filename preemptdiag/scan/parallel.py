@@ -27,12 +27,12 @@ from preemptdiag.model.errors import DiagError
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.gcpause import cyclic_gc_paused
 from preemptdiag.model.records import Hit
-from preemptdiag.scan.bulk import mark_forked
 from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
 from preemptdiag.scan.prefilter import LineFinder, split_ranges
 from preemptdiag.scan.rollup import map_rollup
+from preemptdiag.scan.rust_regex import mark_forked
 
 # Smaller files are scanned in-process: forking and merging cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20

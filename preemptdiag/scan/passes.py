@@ -18,6 +18,7 @@ from preemptdiag.ingest.sources import (
 )
 from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan import lane as lane_mod
+from preemptdiag.scan import rust_regex
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise, starts_record
@@ -210,7 +211,7 @@ def scan_fast(
                 and seen >= bulk_mod.AFTER_LINES
                 and lane.due(blocks)
                 and not matcher.rejoined_reaches(src.name, next_line)
-                and bulk_mod.usable()
+                and rust_regex.usable()
             ):
                 # A block of plain stats lines, matched and rolled up as columns.
                 took = lane_mod.try_block(matcher, src.name, block, size, next_line, result)
