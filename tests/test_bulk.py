@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_equivalence import CORPUS_LOGS, SAMPLES, _assert_same, _bench_generator
 
 import preemptdiag.scan.bulk as bulk
@@ -18,7 +21,7 @@ from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import scan_fast, scan_reference
-from preemptdiag.scan.signatures import load
+from preemptdiag.scan.signatures import PLAIN_MATCH, load
 
 MATCHER = Matcher(load())
 SIGS = {s.id: s for s in MATCHER.sigs}
@@ -189,11 +192,14 @@ def test_a_big_sparse_file_never_turns_to_polars(
 def test_lines_only_regex_matches_stop_the_bulk_tries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # SGLang's batch lines need look-arounds: no polars, and after one block that
-    # gained nothing the next RETRY_BLOCKS blocks do not try (no work done twice).
+    # SGLang's batch lines in the iteration form (`Decode batch [40],`) need
+    # look-arounds and fit no plain shape: no polars, and after one block that gained
+    # nothing the next RETRY_BLOCKS blocks do not try (no work done twice).
     path = tmp_path / "sglang.log"
     with path.open("wb") as f:
         _bench_generator().generate_dense(f, 5 << 19, seed=5)  # 2.5 MiB: three blocks
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(" batch, ", " batch [40], "), encoding="utf-8")
     calls: list[int] = []
     real = bulk._find
 
@@ -305,3 +311,136 @@ def test_report_of_bulk_rollups_is_byte_identical(
         outs.append((code, capsys.readouterr().out))
     assert outs[0] == outs[1]
     assert '"windows"' in outs[0][1]
+
+
+DECODE = (
+    "[2025-11-02 00:{m:02d}:{s:02d} TP0] Decode batch, #running-req: {r}, #token: {t}, "
+    "token usage: 0.{u:02d}, cuda graph: True, gen throughput (token/s): {g}.50, #queue-req: {q}, "
+)
+PREFILL = (
+    "[2025-11-02 00:{m:02d}:{s:02d} TP0] Prefill batch, #new-seq: 2, #new-token: {t}, "
+    "#cached-token: 12, token usage: 0.{u:02d}, #running-req: {r}, #queue-req: {q}, "
+)
+
+
+def _assert_plain_stands_for(sid: str, text: str) -> None:
+    """sid's plain shape fits `text` whole, in `regex` and in polars, and reads there
+    what its pattern reads: one match, on the plain match's span, the same captures."""
+    import polars as pl
+
+    sig = SIGS[sid]
+    m = regex.fullmatch(sig.plain, text)
+    assert m is not None
+    found = list(sig.finditer(text))
+    assert len(found) == 1
+    assert found[0].span() == m.span(PLAIN_MATCH)
+    want = {k: found[0].group(k) for k in sig.fields}
+    assert {k: m.group(k) if k in m.re.groupindex else None for k in sig.fields} == want
+    shape = bulk._plain(sig)
+    assert shape is not None
+    caps = pl.Series([text]).str.extract_groups(shape).struct.unnest().row(0, named=True)
+    assert caps[PLAIN_MATCH] == found[0].group()
+    assert {k: caps.get(k) for k in sig.fields} == want
+
+
+_NUMBER = st.integers(0, 10**15).map(str)
+_DECIMAL = _NUMBER | st.tuples(_NUMBER, st.integers(0, 10**6)).map(lambda t: f"{t[0]}.{t[1]}")
+_GRAPH = st.sampled_from(["cuda", "cpu", "npu", "musa"]).map(lambda g: f"{g} graph: ") | st.just("")
+_END = st.sampled_from(["", ",", ", "])
+
+
+@given(
+    sep=st.sampled_from(".,"),
+    nums=st.tuples(_NUMBER, _NUMBER, _NUMBER),
+    usage=_DECIMAL,
+    graph=st.tuples(_GRAPH, st.booleans()),
+    tput=_DECIMAL,
+    end=_END,
+)
+@settings(max_examples=300, deadline=None)
+def test_sglang_decode_lines_of_the_plain_shape_read_as_the_pattern_reads_them(
+    sep: str,
+    nums: tuple[str, str, str],
+    usage: str,
+    graph: tuple[str, bool],
+    tput: str,
+    end: str,
+) -> None:
+    label = f", {graph[0]}{graph[1]}" if graph[0] else ""
+    text = (
+        f"Decode batch{sep} #running-req: {nums[0]}, #token: {nums[1]}, token usage: {usage}"
+        f"{label}, gen throughput (token/s): {tput}, #queue-req: {nums[2]}{end}"
+    )
+    _assert_plain_stands_for("sglang.stats.decode", text)
+
+
+@given(
+    sep=st.sampled_from(".,"),
+    nums=st.tuples(*[_NUMBER] * 6),
+    usage=_DECIMAL,
+    tail=st.none() | st.tuples(_GRAPH.filter(bool), st.booleans(), _DECIMAL),
+    end=_END,
+)
+@settings(max_examples=300, deadline=None)
+def test_sglang_prefill_lines_of_the_plain_shape_read_as_the_pattern_reads_them(
+    sep: str,
+    nums: tuple[str, ...],
+    usage: str,
+    tail: tuple[str, bool, str] | None,
+    end: str,
+) -> None:
+    more = (
+        ""
+        if tail is None
+        else (
+            f", #pending-token: {nums[5]}, {tail[0]}{tail[1]}, input throughput (token/s): {tail[2]}"
+        )
+    )
+    text = (
+        f"Prefill batch{sep} #new-seq: {nums[0]}, #new-token: {nums[1]}, #cached-token: "
+        f"{nums[2]}, token usage: {usage}, #running-req: {nums[3]}, #queue-req: {nums[4]}"
+        f"{more}{end}"
+    )
+    _assert_plain_stands_for("sglang.stats.prefill", text)
+
+
+def test_sglang_batch_lines_come_from_the_columns_and_odd_ones_fall_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [
+        (PREFILL if i % 9 == 4 else DECODE).format(
+            m=i // 60, s=i % 60, r=i % 13, t=1000 + i, u=i % 97, g=300 + i, q=i % 5
+        )
+        for i in range(120)
+    ]
+    odd = {
+        10: lines[10][:26] + "KV cache pool is full. Retract requests. #retracted_reqs: 2",
+        20: lines[20].replace("cuda graph", "#retracted-req: 3, cuda graph"),  # PD decode
+        30: lines[30].replace("token usage: 0.", "token usage: 99999."),  # refused value
+        40: lines[40].replace(" TP0]", " DP1 TP1]"),  # another rank: still plain
+        60: lines[60].replace("Decode batch,", "Decode batch [2048],"),  # iteration form
+        70: lines[70] + lines[71],  # two records glued on one line
+        80: "2025-11-02T00:01:20.123Z " + lines[80],  # a kubectl stamp before its own
+        90: lines[90][:100],  # cut before the throughput
+    }
+    for k, text in odd.items():
+        lines[k] = text
+    path = tmp_path / "sglang.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _assert_bulk_exact(path, monkeypatch)
+    columns: list[int] = []  # lines whose match and fields came from polars
+    real = bulk._emit
+
+    def counting(*args: Any) -> bool:
+        made: bool = real(*args)
+        if args[3].sig.id.startswith("sglang.stats.") and args[3].typed is not None:
+            columns.append(args[2])
+        return made
+
+    monkeypatch.setattr(bulk, "_emit", counting)
+    res = _scan(path, monkeypatch, 1, rollup=True)
+    # All but the odd ones (the DP-ranked line is plain) and the block's last 13 lines,
+    # which wait for the next block in case they are wrapped.
+    assert columns == [n for n in range(1, 108) if n - 1 not in set(odd) - {40}]
+    assert res.skipped["unreadable value: sglang.stats.decode"] == 1
+    assert [h.proc for h in res.hits if h.line == 41] == ["DP1 TP1"]

@@ -186,3 +186,66 @@ def test_undeclared_overlap_is_reported_and_declared_one_is_not(tmp_path: Path) 
     )
     [c] = load_file(declared)
     assert overlaps([a, c]) == []
+
+
+def _plain_file(tmp_path: Path, plain: str, line: str = "boom 34!") -> Path:
+    path = _write(tmp_path, pattern=r"boom (?P<n>\d+)(?=!)", line=line)
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("[signature.fields]", f"plain = '''{plain}'''\n[signature.fields]"),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_plain_shape_that_stands_for_the_pattern_passes(tmp_path: Path) -> None:
+    plain = r"(?P<plain_pre_>)(?P<plain_match_>boom (?P<n>\d+))!"
+    [sig] = load_file(_plain_file(tmp_path, plain))
+    assert sig.plain == plain
+    assert check_examples(sig) == []
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [r"(?P<plain_pre_>)boom (?P<n>\d+)!", r"(?P<plain_pre_>)(?P<plain_match_>boom (?P<m>\d+))!"],
+)
+def test_a_plain_shape_without_its_groups_or_with_other_ones_is_refused(
+    tmp_path: Path, plain: str
+) -> None:
+    with pytest.raises(DiagError) as err:
+        load_file(_plain_file(tmp_path, plain))
+    assert str(err.value).endswith(
+        "signature 'user.test.boom': 'plain' needs groups 'plain_pre_' and 'plain_match_',"
+        " and only fields besides"
+    )
+
+
+@pytest.mark.parametrize(
+    ("plain", "problem"),
+    [
+        (
+            r"(?P<plain_pre_>)(?P<plain_match_>boom (?P<n>\d)\d*)!",
+            "plain shape reads other fields than the pattern: 'boom 34!'",
+        ),
+        (
+            r"(?P<plain_pre_>)(?P<plain_match_>boom) (?P<n>\d+)!",
+            "plain shape fits an example the pattern does not match once on its span: 'boom 34!'",
+        ),
+        (r"(?P<plain_pre_>)(?P<plain_match_>boom (?P<n>\d+))\?", "plain shape fits none of the"),
+    ],
+)
+def test_a_plain_shape_that_reads_the_examples_otherwise_is_reported(
+    tmp_path: Path, plain: str, problem: str
+) -> None:
+    [sig] = load_file(_plain_file(tmp_path, plain))
+    assert [p[: len(problem)] for p in check_examples(sig)] == [problem]
+
+
+def test_a_plain_shape_that_fits_a_no_match_example_is_reported(tmp_path: Path) -> None:
+    path = _plain_file(tmp_path, r"(?P<plain_pre_>)(?P<plain_match_>boom (?P<n>\d+))!?")
+    path.write_text(
+        path.read_text(encoding="utf-8") + "[[signature.no_match]]\nline = 'boom 9'\n",
+        encoding="utf-8",
+    )
+    [sig] = load_file(path)
+    assert check_examples(sig) == ["plain shape fits a no_match example: 'boom 9'"]

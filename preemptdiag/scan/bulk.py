@@ -12,7 +12,11 @@ Exactness: this must give what Matcher.match gives, line by line.
 - Only builtin signatures whose pattern polars' Rust regex accepts run in polars
   (no look-around, no back-references); the others of the set run in `regex` per
   line, as before. A pattern that can match the empty string stays out (empty
-  matches are where two engines' finditer may count differently).
+  matches are where two engines' finditer may count differently). Two exceptions,
+  each proved against its definition in the tests: a line whose whole text fits a
+  signature's `plain` shape (SGLang's batch lines, whose pattern has bounded
+  look-aheads) holds one match of it, read from the shape's captures; and where a
+  signature's zero test (rust_regex.zero_test) finds nothing, it matches nothing.
 - Only ASCII lines: there `\\d`, `\\w`, `\\s` and case folding mean the same in both
   engines, and character and byte offsets agree. Both engines are leftmost-first,
   so a pattern gives the same match and captures on either.
@@ -26,8 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
+
+import regex
 
 from preemptdiag.model.records import FieldValue, Hit, Kind
 from preemptdiag.scan import lines as ln
@@ -42,8 +48,8 @@ from preemptdiag.scan.matcher import (
     ts_tag,
 )
 from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
-from preemptdiag.scan.rust_regex import rust_ok, usable
-from preemptdiag.scan.signatures import CONVERTERS, Signature
+from preemptdiag.scan.rust_regex import ascii_only, rust_ok, usable, zero_test
+from preemptdiag.scan.signatures import CONVERTERS, PLAIN_MATCH, PLAIN_PRE, Signature
 
 if TYPE_CHECKING:
     from preemptdiag.scan.wrap import NextLine
@@ -169,7 +175,23 @@ def _worth_it(text: str, cands: Sequence[Signature]) -> bool:
     """Whether the signature that matches a group's first line runs in polars: a
     group of lines that only `regex` can match (SGLang's batch lines) gains nothing."""
     matching = [s for s in cands if any(True for _ in s.finditer(text))]
-    return len(matching) == 1 and rust_ok(matching[0].pattern)
+    if len(matching) != 1:
+        return False
+    sig = matching[0]
+    if rust_ok(sig.pattern):
+        return True
+    return _plain(sig) is not None and regex.fullmatch(sig.plain, text) is not None
+
+
+def _plain(sig: Signature) -> str | None:
+    """The whole-text pattern of sig's plain shape, where polars runs it; None if not."""
+    return _whole(sig.plain) if sig.plain and sig.builtin else None
+
+
+@cache
+def _whole(plain: str) -> str | None:
+    whole = f"^(?:{ascii_only(plain) or plain})$"
+    return whole if rust_ok(whole) else None
 
 
 def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _Ready]:
@@ -188,12 +210,28 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
                 if c:
                     total[i] += c
                     which[i] = sig
-        else:
-            for i, (_, line, _) in enumerate(members):
-                ms = list(sig.finditer(line.text))
-                if ms:
-                    total[i] += len(ms)
-                    which[i], found[i] = sig, ms[0]
+            continue
+        # Per line in `regex`, but for the lines polars can decide: a whole text of
+        # the signature's plain shape holds one match of it, and where the zero test
+        # finds nothing the pattern finds nothing either.
+        rest = list(range(n))
+        plain = _plain(sig)
+        if plain is not None:
+            fits = texts.str.contains(plain).to_list()
+            for i in rest:
+                if fits[i]:
+                    total[i] += 1
+                    which[i] = sig
+            rest = [i for i in rest if not fits[i]]
+        zero = zero_test(sig.pattern) if sig.builtin else None
+        if zero is not None and rest:
+            maybe = texts.gather(rest).str.contains(zero).to_list()
+            rest = [i for i, m in zip(rest, maybe, strict=True) if m]
+        for i in rest:
+            ms = list(sig.finditer(members[i][1].text))
+            if ms:
+                total[i] += len(ms)
+                which[i], found[i] = sig, ms[0]
     ready: dict[int, _Ready] = {}
     by_sig: dict[str, list[int]] = {}
     for i in range(n):
@@ -211,12 +249,22 @@ def _find_group(members: list[tuple[int, Line, list[Signature]]]) -> dict[int, _
         picked = which[rows[0]]
         assert picked is not None
         sig = picked
-        # One pass for the span and the captures: an unanchored search is a lazy
-        # any-prefix before the pattern, so the prefix's length is the match start.
-        spanned = f"^(?P<{_PRE}>(?s:.*?))(?P<{_ALL}>{sig.pattern})"
-        caps = texts.gather(rows).str.extract_groups(spanned).struct.unnest()
-        pre = caps.get_column(_PRE).str.len_chars().to_list()
-        whole = caps.get_column(_ALL).str.len_chars().to_list()
+        plain = None if rust_ok(sig.pattern) else _plain(sig)
+        if plain is None:
+            # One pass for the span and the captures: an unanchored search is a lazy
+            # any-prefix before the pattern, so the prefix's length is the match start.
+            spanned = f"^(?P<{_PRE}>(?s:.*?))(?P<{_ALL}>{sig.pattern})"
+            caps = texts.gather(rows).str.extract_groups(spanned).struct.unnest()
+            pre = caps.get_column(_PRE).str.len_chars().to_list()
+            whole = caps.get_column(_ALL).str.len_chars().to_list()
+        else:
+            caps = texts.gather(rows).str.extract_groups(plain).struct.unnest()
+            pre = caps.get_column(PLAIN_PRE).str.len_chars().to_list()
+            whole = caps.get_column(PLAIN_MATCH).str.len_chars().to_list()
+            # fields the plain shape has no place for: None, as `pattern` leaves them
+            caps = caps.with_columns(
+                pl.lit(None, dtype=pl.Utf8).alias(f) for f in sig.fields if f not in caps.columns
+            )
         typed = _typed(caps, sig, len(rows))
         names = list(sig.fields)
         # The raw captures are read only where a row's typed ones are missing.
@@ -242,23 +290,43 @@ def _typed(caps: Any, sig: Signature, n: int) -> list[dict[str, FieldValue] | No
     row where a value has another shape (converted, or refused, per line)."""
     import polars as pl
 
-    if not all(t == "str" or t in _CAST_SHAPES for t in sig.fields.values()):
-        return [None] * n
     ok = pl.Series([True] * n)
     columns: list[list[Any]] = []
     for name, typ in sig.fields.items():
         col = caps.get_column(name)
         if typ == "str":
             columns.append(col.to_list())
-            continue
-        ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
-        dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
-        columns.append(col.cast(dtype, strict=False).to_list())
+        elif typ in _CAST_SHAPES:
+            ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
+            dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
+            columns.append(col.cast(dtype, strict=False).to_list())
+        else:
+            # (SGLang's 0-1 usage read as a percentage) the converter itself, once a
+            # distinct value: a block of batch lines repeats a few dozen of them.
+            values = _converted(col.drop_nulls().unique().to_list(), typ)
+            good = pl.Series([v is not _BAD for v in values.values()], dtype=pl.Boolean)
+            if not good.all():
+                bad = [k for k, v in values.items() if v is _BAD]
+                ok = ok & ~col.is_in(pl.Series(bad, dtype=pl.Utf8).implode())
+            columns.append([None if v is None else values[v] for v in col.to_list()])
     names = list(sig.fields)
     return [
         dict(zip(names, row, strict=True)) if good else None
         for good, *row in zip(ok.to_list(), *columns, strict=True)
     ]
+
+
+_BAD = object()  # a value its converter refuses
+
+
+def _converted(raw: list[str], typ: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in raw:
+        try:
+            out[v] = CONVERTERS[typ](v)
+        except (ValueError, OverflowError):
+            out[v] = _BAD
+    return out
 
 
 def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanResult) -> bool:

@@ -147,7 +147,11 @@ class Marks:
     ) -> tuple[list[int], list[regex.Match[str]]]:
         found = self._found.get(name)
         if found is None:
-            ms = list(pattern.finditer(self.text))
+            # (a literal every match holds, absent: SGLang's lines have no level
+            # word or process tag, and a search costs several times this test)
+            need = _NEEDS[name]
+            t = self.text
+            ms = list(pattern.finditer(t)) if any(lit in t for lit in need) else []
             found = self._found[name] = ([m.end() for m in ms], ms)
         return found
 
@@ -180,6 +184,11 @@ class Marks:
         ip = last.group("ip")
         return f"{name}@{ip}" if ip else name
 
+
+# What a match of each of Marks' patterns holds one of (a level word: ENGINE_TS and
+# _RECORD_START end in one; " pid=": _PROC).
+_LEVEL_WORDS = ("INFO", "WARN", "ERROR", "DEBUG", "CRITICAL")
+_NEEDS = {"ts": _LEVEL_WORDS, "record": _LEVEL_WORDS, "proc": (" pid=",)}
 
 _RECORD_START = regex.compile(
     r"(?:\([^()\n]{1,80}? pid=\d+(?:, ip=[\d.:a-f]+)?\) )*"

@@ -15,6 +15,7 @@ import regex
 
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import FieldValue, Kind
+from preemptdiag.scan.lines import normalise
 
 if TYPE_CHECKING:
     from regex._main import Match
@@ -113,6 +114,10 @@ CONVERTERS: dict[str, Callable[[str], FieldValue]] = {
     "size": _to_size,
 }
 
+# The groups of a signature's `plain` shape that hold the text before the match and
+# the match itself.
+PLAIN_PRE, PLAIN_MATCH = "plain_pre_", "plain_match_"
+
 # Nested unbounded quantifiers such as (a+)+ or (.*)* backtrack catastrophically.
 _GROUP_NAME = _re.compile(r"\(\?P<([A-Za-z_]\w*)>")
 _NESTED_QUANTIFIER = _re.compile(r"\((?:[^()\\]|\\.)*[+*](?:\?)?\)[+*{]")
@@ -146,6 +151,12 @@ class Signature:
     # counted as unparsed (ScanStats.skipped): literals that alone mean "this is that
     # line", so a format the engine changed shows up at once instead of vanishing.
     unparsed_if: tuple[str, ...] = ()
+    # The whole normalised text of the line's most common shape, in Rust regex syntax
+    # (bulk.py runs it in polars where `pattern` has look-arounds): the text before
+    # the match in PLAIN_PRE, the match in PLAIN_MATCH, and the fields it sees. Where
+    # it matches a whole text, `pattern` matches there once, on that span, with the
+    # same fields (the others: None); tests/test_signatures.py holds it to that.
+    plain: str = ""
 
     def extract(self, m: Match[str]) -> dict[str, FieldValue]:
         """Typed fields of one match; a group that did not take part is None."""
@@ -272,6 +283,19 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
         raise _fail(path, sid, "'unparsed_if' must be a list of non-empty strings")
     if any(not any(lit in u for lit in prefilter) for u in unparsed_if):
         raise _fail(path, sid, "every 'unparsed_if' literal must contain a prefilter literal")
+    plain = raw.get("plain", "")
+    if not isinstance(plain, str):
+        raise _fail(path, sid, "'plain' must be a string")
+    if plain:
+        named = _group_names(path, sid, plain, builtin)
+        if not {PLAIN_PRE, PLAIN_MATCH} <= named or not named - {PLAIN_PRE, PLAIN_MATCH} <= set(
+            fields
+        ):
+            raise _fail(
+                path,
+                sid,
+                f"'plain' needs groups {PLAIN_PRE!r} and {PLAIN_MATCH!r}, and only fields besides",
+            )
     return Signature(
         id=sid,
         family=str(raw["family"]),
@@ -290,6 +314,7 @@ def _compile(path: Path, raw: Mapping[str, Any], builtin: bool) -> Signature:
         path=str(path),
         builtin=builtin,
         unparsed_if=tuple(unparsed_if),
+        plain=plain,
     )
 
 
@@ -442,7 +467,47 @@ def check_examples(sig: Signature) -> list[str]:
     for line in sig.no_matches:
         if found_in(sig, line) != []:
             problems.append(f"no_match example matches: {line[:80]!r}")
+    if sig.plain:
+        problems += _plain_problems(sig)
     return problems
+
+
+def _plain_problems(sig: Signature) -> list[str]:
+    """Where sig's plain shape does not stand for its pattern on its examples: a
+    whole normalised text it fits must hold one match, on its PLAIN_MATCH span, with
+    the fields it reads; it must fit a match example and no no_match one."""
+    shape = _compiled(sig.plain)
+    problems: list[str] = []
+    fits = 0
+    for ex in sig.matches:
+        text = normalise(ex.line).text
+        m = shape.fullmatch(text)
+        if m is None:
+            continue
+        fits += 1
+        found = found_in(sig, text)
+        if not found or len(found) != 1 or found[0].span() != m.span(PLAIN_MATCH):
+            problems.append(
+                f"plain shape fits an example the pattern does not match once on its span: "
+                f"{ex.line[:80]!r}"
+            )
+        elif sig.extract(found[0]) != plain_fields(sig, m):
+            problems.append(f"plain shape reads other fields than the pattern: {ex.line[:80]!r}")
+    if not fits:
+        problems.append("plain shape fits none of the match examples")
+    for line in sig.no_matches:
+        if shape.fullmatch(normalise(line).text):
+            problems.append(f"plain shape fits a no_match example: {line[:80]!r}")
+    return problems
+
+
+def plain_fields(sig: Signature, m: Match[str]) -> dict[str, FieldValue]:
+    """The fields a match of sig's plain shape reads (the others: None)."""
+    out: dict[str, FieldValue] = dict(sig.constants)
+    for name, typ in sig.fields.items():
+        raw = m.group(name) if name in m.re.groupindex else None
+        out[name] = None if raw is None else CONVERTERS[typ](raw)
+    return out
 
 
 def overlaps(sigs: Iterable[Signature]) -> list[tuple[str, str, str]]:
