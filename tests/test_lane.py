@@ -13,7 +13,7 @@ import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_bulk import _stats_log
+from test_bulk import V1, _stats_log
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
 
 import preemptdiag.scan.bulk as bulk
@@ -277,3 +277,19 @@ def test_a_jobs_range_takes_the_lane_from_its_first_block(
     scan_fast(open_source(str(path)), MATCHER, byte_range=(half, size), rollup=True)
     assert taken and all(taken)
     assert whole.lines_read == 3000 + 3000 // 97 + 1
+
+
+def test_a_stream_whose_clock_goes_back_to_its_first_minute_keeps_two_rollups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two pods' logs one after the other, the same process tag in both: the block's
+    # first minute comes back at its end. The first run of it went to the sink line
+    # by line; left open, the second joined it (one rollup of 5 lines, not 3 and 2).
+    minutes = [(0, 5), (0, 15), (0, 25)] + [(m, s) for m in range(1, 30) for s in (5, 35)]
+    lines = [V1.format(m=m, s=s, p=100 + m, r=3) for m, s in [*minutes, (0, 45), (0, 55)]]
+    path = tmp_path / "two_pods.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch)
+    assert taken == [True]
+    sizes = [(h.line, h.rollup.stats.n if h.rollup else 1) for h in on.hits]
+    assert (sizes[0], sizes[-1], len(sizes)) == ((1, 3), (62, 2), 31)

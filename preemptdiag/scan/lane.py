@@ -345,8 +345,14 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
     inner = segs.filter(~pl.col("edge")).get_column("seg")
     aggs = _aggregates(r, f.filter(pl.col("seg").is_in(inner.implode())))
     run_now = 0
-    for seg, first, members, run, edge in segs.select(
-        "seg", "first", "rows", "run", "edge"
+    # The sink's key of each stream whose last segment so far went to it line by line:
+    # the stream's next segment closes that rollup (its first line is one the rollup
+    # does not accept), as the sink would on that line. Left open, a later segment fed
+    # to the sink might join it: a stream whose clock goes back to that minute (two
+    # pods' logs one after the other) had its two runs of the minute merged.
+    fed: dict[str, tuple[object, ...]] = {}
+    for seg, first, members, run, edge, stream in segs.select(
+        "seg", "first", "rows", "run", "edge", "stream"
     ).iter_rows():
         if run != run_now:
             # Another month-day: the sink would close every open rollup (they all
@@ -354,10 +360,14 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
             run_now = run
             for k in list(sink.open):
                 sink._close(sink.open.pop(k))
+            fed.clear()
             sink.clock = ("e", r.ts[first][:5])
+        key = fed.pop(stream, None)
+        if key is not None and (open_one := sink.open.pop(key, None)) is not None:
+            sink._close(open_one)
         if edge:
             for i in members:
-                _feed(source, r, i, sink)
+                fed[stream] = _feed(source, r, i, sink)
         else:
             _close_segment(source, r, aggs[seg], sink)
     # As the sink leaves it line by line: the line added last (each of these lines
@@ -365,10 +375,13 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
     sink.line, sink.went_to = r.lineno[-1], sink.went_to if edge else None
 
 
-def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> None:
+def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> tuple[object, ...]:
+    """Line i to the sink as RollupSink.add_ref would take it; its stream key."""
     fields = _fields(r, i)
     made = partial(_hit, source, r, i)
-    sink.add_ref(_Deferred(made), fields, stamp_of(None, r.ts[i]), _key(r, i, fields), r.lineno[i])
+    key = _key(r, i, fields)
+    sink.add_ref(_Deferred(made), fields, stamp_of(None, r.ts[i]), key, r.lineno[i])
+    return key
 
 
 @dataclass(frozen=True, slots=True)
