@@ -5,6 +5,7 @@ line-by-line scan, at every block size, and falls back wherever a line is not pl
 from __future__ import annotations
 
 import random
+import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,37 @@ def test_a_stream_whose_clock_goes_back_to_its_first_minute_keeps_two_rollups(
     assert taken == [True]
     sizes = [(h.line, h.rollup.stats.n if h.rollup else 1) for h in on.hits]
     assert (sizes[0], sizes[-1], len(sizes)) == ((1, 3), (62, 2), 31)
+
+
+_STEP = st.tuples(
+    st.sampled_from([1, 1, 2]),  # the engine (its process tag is its stream)
+    # seconds on, or None: back to the first line's stamp, 30 s on (a second pod's log)
+    st.sampled_from([0, 1, 10, 10, 10, 59, 60, -10, -60, -3600, 86_400, -86_400, None]),
+    st.sampled_from([0, 0, 0, 2]),  # preemptions on the line
+    st.sampled_from([10.0, 55.5, 99.9]),  # KV usage
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_STEP, min_size=1, max_size=150), st.sampled_from([2048, 4096, 1 << 16]))
+def test_stats_lines_whose_clocks_jump_about_roll_up_as_line_by_line(
+    steps: list[tuple[int, int | None, int, float]], block: int
+) -> None:
+    # Streams interleaved, stamps going back and forth by seconds, minutes, hours and
+    # days, at block sizes that cut minutes anywhere: the lane's segments and edges
+    # must leave the sink as the lines one by one would.
+    start = t = datetime(2025, 6, 3, 23, 50, 0)
+    lines: list[str] = []
+    for pid, delta, pre, kv in steps:
+        t = start + timedelta(seconds=30) if delta is None else t + timedelta(seconds=delta)
+        preempt = f"Preemptions: {pre}, " if pre else ""
+        lines.append(
+            f"(APIServer pid={pid}) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 00{pid}: "
+            f"Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 5.0 tokens/s, "
+            f"Running: {len(lines) % 7} reqs, Waiting: {pre} reqs, {preempt}GPU KV cache "
+            f"usage: {kv}%, Prefix cache hit rate: 12.0%"
+        )
+    with pytest.MonkeyPatch.context() as monkeypatch, tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "jumps.log"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _assert_lane_exact(path, monkeypatch, block=block)
