@@ -61,9 +61,10 @@ MIN_LINES = 48
 # kernels page in ~10 MiB more of its library (peak RSS of a 1-day stats log: 90 ->
 # 101 MiB), worth it only where the per-line cost is seconds (~2.5 days of stats).
 AFTER_LINES = 20_000
-# An input this big on disk turns to polars after its first block of DENSE_LINES
-# candidate lines or more (a block of stats lines holds ~4,300), not after
-# AFTER_LINES: a 30-day stats log spent 2 s of its 10 on its first 20,000 one by one.
+# An input this big on disk turns to polars at its first block of DENSE_LINES
+# candidate lines or more (a block of stats lines holds ~4,300; that block goes in
+# bulk, the lane is tried from the next), not after AFTER_LINES: a 30-day stats log
+# spent 2 s of its 10 on its first 20,000 one by one.
 # Smaller inputs keep AFTER_LINES (at once, a 1-day stats log was 0.15 s faster but
 # 88 -> 102 MiB), and so does a big sparse log (tried from its first block, a 1 GiB
 # log with 7 candidate lines a block paid 0.1 s and 4 MiB of lane tries for nothing).

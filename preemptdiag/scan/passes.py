@@ -239,11 +239,14 @@ def scan_fast(
                     items.append(Item(lineno, raw, following, before))
                 # In line order, before the tail's pending lines (matched with the next
                 # block), and while `block` still holds the lines around them.
-                bulk = seen >= bulk_mod.AFTER_LINES and blocks >= retry_at
+                # (a big file's first block dense with candidate lines among them:
+                # polars is paid for the blocks after it anyway)
+                dense = big and len(items) >= bulk_mod.DENSE_LINES
+                bulk = (seen >= bulk_mod.AFTER_LINES or dense) and blocks >= retry_at
                 if not match_block(matcher, src.name, items, result, bulk) and bulk:
                     retry_at = blocks + bulk_mod.RETRY_BLOCKS
                 seen += len(items)
-                if big and len(items) >= bulk_mod.DENSE_LINES:
+                if dense:
                     seen = max(seen, bulk_mod.AFTER_LINES)
             blocks += 1
             above = last_lines(block, size, above, look)
