@@ -305,9 +305,8 @@ def _typed(caps: Any, sig: Signature, n: int) -> list[dict[str, FieldValue] | No
             # (SGLang's 0-1 usage read as a percentage) the converter itself, once a
             # distinct value: a block of batch lines repeats a few dozen of them.
             values = _converted(col.drop_nulls().unique().to_list(), typ)
-            good = pl.Series([v is not _BAD for v in values.values()], dtype=pl.Boolean)
-            if not good.all():
-                bad = [k for k, v in values.items() if v is _BAD]
+            bad = [k for k, v in values.items() if v is _BAD]
+            if bad:
                 ok = ok & ~col.is_in(pl.Series(bad, dtype=pl.Utf8).implode())
             columns.append([None if v is None else values[v] for v in col.to_list()])
     names = list(sig.fields)

@@ -43,7 +43,7 @@ from preemptdiag.scan.rollup import (
     key_of,
     stamp_of,
 )
-from preemptdiag.scan.rust_regex import _anchored, ascii_only, rust_ok, zero_test
+from preemptdiag.scan.rust_regex import anchored, ascii_only, rust_ok, zero_test
 from preemptdiag.scan.signatures import Signature
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def _find(matcher: Matcher, c: pl.Series) -> tuple[Signature, pl.DataFrame] | No
         return None
     lane = matching[0]
     pattern = ascii_only(lane.pattern)
-    if pattern is None or not rust_ok(pattern) or _anchored(lane.pattern):
+    if pattern is None or not rust_ok(pattern) or anchored(lane.pattern):
         return None
     zero = [zero_test(s.pattern) for s in cands if s is not lane]
     if any(z is None for z in zero):

@@ -135,7 +135,7 @@ def ascii_only(pattern: str) -> str | None:
     return "".join(out)
 
 
-def _anchored(pattern: str) -> bool:
+def anchored(pattern: str) -> bool:
     """Whether `pattern` holds `^` or `\\A` outside a class (the match would read
     differently cut from its line)."""
     p = regex.sub(r"\\.|\[(?:\\.|[^\]])*\]", "", pattern)
