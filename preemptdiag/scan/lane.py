@@ -1,39 +1,55 @@
 """Whole blocks of plain stats lines, matched and rolled up as columns.
 
-A month of a quiet server's log is a stats line every 10 s and little else. Line by
-line (bulk.py included) each of them costs tens of microseconds of Python: the
-prefilter's callbacks, candidate selection, decoy checks, a regex per candidate
-signature, the rollup sink. Here a block whose candidate lines are all plain stats
-lines (vLLM's `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file:line] ` head and one stats
-match) is read as one polars column: the candidate test, the match counts, the
-captures, the typed fields, the stamps and the stream keys are column operations, and
-so are the stream-minute rollups (rollup.py) of every minute that opens and closes
-inside the block. Python touches only the lines a rollup keeps (its carrier, peak,
-preempting lines) and the few lines at a block's edges, which go through the rollup
-sink one by one so an open rollup carries on into the next block exactly.
+A month of a quiet server's log is a stats line every 10 s and little else; a dense
+SGLang log two batch lines a second. Line by line (bulk.py included) each of them
+costs tens of microseconds of Python: the prefilter's callbacks, candidate selection,
+decoy checks, a regex per candidate signature, the rollup sink. Here a block whose
+candidate lines are nearly all plain stats lines is read as polars columns: the
+candidate test, the match counts, the captures, the typed fields, the stamps and the
+stream keys are column operations, and so are the stream-minute rollups (rollup.py)
+of every minute that opens and closes inside the block. Python touches only the lines
+a rollup keeps (its carrier, peak, preempting lines), the few lines at a block's
+edges, which go through the rollup sink one by one so an open rollup carries on into
+the next block exactly, and the block's odd candidate lines.
+
+A plain stats line: vLLM's `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file:line] ` head
+right before its single match of a builtin stats signature (polars runs the pattern),
+or SGLang's `[YYYY-MM-DD HH:MM:SS RANK] ` head before a whole text of a stats
+signature's plain shape (signatures.py; one match of its pattern, which polars cannot
+run). Several stats signatures may share a block (decode and prefill batches).
 
 Exactness: this must give what the line-by-line scan gives. A block qualifies only
 when every line in it is ASCII without control characters, and every candidate line
 (one holding a prefilter literal) holds no request text (no trigger of
-model/request_text.py), no Ray repeat mark, no V0 `llm_engine.py:` tag, has vLLM's
-plain head right before its single match of a builtin stats signature, no match of
-any other candidate signature, fields of digit-string shape, and a stamp that is a
-real time. Such a line opens a record (so no wrapped record, decoy carry or rejoin
-touches it) and normalise leaves it as it is. Anything else, and the block goes the
-line-by-line way (passes.py). tests/test_lane.py holds the two to identical hits.
+model/request_text.py; no trigger holds a newline, so none runs in from the line, and
+the scanner's decoy test finds none), no Ray repeat mark, no V0 `llm_engine.py:` tag.
+A plain line also matches no other candidate signature (zero tests), has fields its
+converters read and a stamp that is a real time. Such a line opens a record (so no
+wrapped record, decoy carry or rejoin touches it) and normalise leaves it as it is
+(vLLM), or takes off exactly the head (SGLang: no pod, no other stamp, no quote
+mark). The other candidate lines (an SGLang retraction among the batch lines, at most
+MAX_ODD a block) are matched as line by line, before anything is recorded; the block
+goes line by line after all when one of them lies in the block's tail, rejoins a
+wrapped record, gives a stats hit (it might join or end a rollup the lane builds
+alone) or a hit stamped with another clock than the sink's there (it would end open
+rollups). Their hits go to the sink in their place. tests/test_lane.py holds the two
+ways to identical hits.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from preemptdiag.model import request_text
-from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats
-from preemptdiag.scan.bulk import _CAST_SHAPES, _HEAD, _Deferred
-from preemptdiag.scan.lines import _RECORD_START
+from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
+from preemptdiag.model.timeparse import parse_iso
+from preemptdiag.scan.bulk import _BAD, _CAST_SHAPES, _HEAD, _converted, _Deferred, _plain
+from preemptdiag.scan.lines import _LEVEL_WORDS, _RECORD_START, sglang_rank
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher, ScanResult, cut
 from preemptdiag.scan.rollup import (
     AGG_FIELDS,
@@ -41,10 +57,11 @@ from preemptdiag.scan.rollup import (
     RollupSink,
     _with,
     key_of,
+    stamp,
     stamp_of,
 )
 from preemptdiag.scan.rust_regex import anchored, ascii_only, rust_ok, zero_test
-from preemptdiag.scan.signatures import Signature
+from preemptdiag.scan.signatures import PLAIN_MATCH, PLAIN_PRE, Signature
 
 if TYPE_CHECKING:
     import polars as pl
@@ -58,6 +75,22 @@ _DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # 2001: no Feb 29 here
 _PRE, _ALL = "lane_prefix_", "lane_match_"
 ENABLED = True  # tests turn it off to hold the lane to the line-by-line scan
 _NUMERIC = ("int", "int_commas", "float", "percent")
+# Converted once a distinct value (bulk._converted) where Builder aggregates: SGLang's
+# 0-1 usage, read as a percentage.
+_CONVERTED = ("fraction_percent",)
+# SGLang's head, as lines.normalise takes it off (_BRACKET_FULL, with no fraction in
+# the stamp and one space after it: printable ASCII has no other white space).
+_SG = "lane_sg_"
+_SG_HEAD = (
+    rf"^(?P<{_SG}head>\[(?P<{_SG}ts>[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}} [0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}})"
+    rf"(?P<{_SG}rank>(?: [A-Z_]+[0-9]+)*)\] )"
+)
+# Odd candidate lines a block may hold and still go the lane's way (each is matched
+# as line by line first; a dense SGLang log has ~7 retraction lines a block).
+MAX_ODD = 32
+# lane.try_block's way to match one odd line as line by line: (start, end, lineno)
+# -> what it recorded, None when that line would wait for the next block.
+Odd = Callable[[int, int, int], ScanResult | None]
 _PREEMPT_FIELDS = ("preemptions", "preempted_reqs", "retracted_reqs")
 
 
@@ -79,21 +112,6 @@ class Lane:
         self.misses = 0
 
 
-@dataclass(slots=True)
-class _Rows:
-    """The candidate lines of a block that one stats signature matched, as columns."""
-
-    sig: Signature
-    lineno: list[int]
-    texts: list[str]
-    start: list[int]
-    end: list[int]
-    proc: list[str]
-    ts: list[str]
-    typed: dict[str, list[Any]]  # field -> values, in signature order
-    frame: Any  # polars DataFrame: row, key, minute, sec, run, numbers
-
-
 def try_block(
     matcher: Matcher,
     source: str,
@@ -101,9 +119,13 @@ def try_block(
     size: int,
     first_line: int,
     result: ScanResult,
+    odd: Odd,
 ) -> int | None:
     """Match and roll up block[:size] as the line-by-line scan would; the number of
-    newlines in it when done, None (nothing recorded) when the block does not qualify."""
+    newlines in it when done, None (nothing recorded) when the block does not qualify.
+    `odd(start, end, lineno)` matches the line at block[start:end] as the line-by-line
+    scan does, into a ScanResult of its own (None where that scan would wait for the
+    next block: a line in the block's tail)."""
     sink = result.sink
     assert sink is not None
     body = bytes(block[:size])
@@ -127,23 +149,46 @@ def try_block(
         or c.str.contains_any(list(_STOP)).any()
     ):
         return None
-    found = _find(matcher, c)
-    if found is None:
+    plan = _plan(matcher, c, rows, first_line)
+    if plan is None:
         return None
-    sig, caps = found
-    built = _columns(sig, c, caps, rows, first_line)
-    if built is None:
+    others = _odd_lines(matcher, plan, s, rows, odd, sink.clock)
+    if others is None:
         return None
-    _roll(source, built, sink, result)
-    result.recognised[sig.family] += len(c)
+    _roll(source, plan, others, sink, result)
     return newlines
 
 
-def _find(matcher: Matcher, c: pl.Series) -> tuple[Signature, pl.DataFrame] | None:
-    """The one stats signature every line matches once (and no other candidate
-    signature anywhere), with the captures; None when the lines are not all so."""
-    import polars as pl
+@dataclass(slots=True)
+class _Rows:
+    """The candidate lines of a block that one stats signature matched, as columns."""
 
+    sig: Signature
+    lineno: list[int]
+    texts: list[str]  # the record's text: the line, or what follows SGLang's head
+    start: list[int]
+    end: list[int]
+    proc: list[str | None]
+    ts: list[str | None]  # the engine stamp (vLLM's head)
+    wrapper: list[str] | None  # the wrapper stamps (SGLang's head), one a line
+    typed: dict[str, list[Any]]  # field -> values, in signature order
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A block's candidate lines: which go the lane's way (by set of _Rows), and the
+    columns their rollups are aggregated from."""
+
+    sets: list[_Rows]
+    n: int  # candidate lines
+    rows: list[int]  # the lane's lines (by candidate), in order
+    lineno: list[int]  # candidate -> its line number
+    frame: Any  # polars DataFrame, one row a lane line: row, set, i, stream, ...
+
+
+def _candidates(matcher: Matcher, c: pl.Series) -> list[Signature] | None:
+    """Every signature any of the lines is a candidate of (a superset per line); None
+    when one is not builtin."""
     line0 = c[0]
     present = [lit for lit in matcher.literals if lit in line0]
     absent = [lit for lit in matcher.literals if lit not in present]
@@ -151,119 +196,369 @@ def _find(matcher: Matcher, c: pl.Series) -> tuple[Signature, pl.DataFrame] | No
         # (a `Preemptions: N` among them, say) the literals any line holds
         extra = c.str.extract_many(absent, overlapping=True).explode().drop_nulls()
         present += extra.unique().to_list()
-    # Every line's candidate signatures are among these: all must find nothing, but
-    # the one stats signature, once a line.
     cands = matcher.candidates(" \n ".join(present))
     if not cands or not all(s.builtin for s in cands):
         return None
-    matching = [s for s in cands if any(True for _ in s.finditer(line0))]
-    if len(matching) != 1 or matching[0].kind is not Kind.STATS:
+    return cands
+
+
+def _plan(matcher: Matcher, c: pl.Series, rows: pl.Series, first_line: int) -> _Plan | None:
+    """Which candidate lines are plain stats lines, with their columns; None when the
+    block is not worth the lane (no such line, a candidate signature polars cannot
+    rule out, a signature whose fields the lane does not read as Builder does)."""
+    import polars as pl
+
+    cands = _candidates(matcher, c)
+    if cands is None:
         return None
-    lane = matching[0]
-    pattern = ascii_only(lane.pattern)
-    if pattern is None or not rust_ok(pattern) or anchored(lane.pattern):
+    zero = {s.id: zero_test(s.pattern) for s in cands}
+    if any(z is None for z in zero.values()):
         return None
-    zero = [zero_test(s.pattern) for s in cands if s is not lane]
-    if any(z is None for z in zero):
+    lanes = [s for s in cands if s.kind is Kind.STATS and _readable(s)]
+    if not lanes:
         return None
-    if not c.str.contains_any(list(lane.prefilter)).all():
-        return None  # a line that is no candidate of it: matched otherwise
-    if zero and c.str.contains("|".join(f"(?:{z})" for z in zero)).any():
-        return None
-    heads = c.str.extract_groups(ascii_only(_HEAD) or _HEAD).struct.unnest()
-    head = heads.get_column("bulk_head_").str.len_chars()
-    if head.null_count() or not (
-        (c.str.find(pattern) == head).all() and (c.str.count_matches(pattern) == 1).all()
+    n = len(c)
+    line = pl.col("line")
+    # One polars query (each eager call costs a query's overhead): the heads present
+    # (a block of vLLM lines has no SGLang head to look for, and the other way round),
+    # what follows them, and which signature's plain line each line is.
+    firsts = set(c.str.slice(0, 1).unique().to_list())
+    heads: list[pl.Expr] = []
+    for mark, head, names in (
+        ("(", ascii_only(_HEAD) or _HEAD, ("bulk_head_", "bulk_proc_", "bulk_ts_")),
+        ("[", _SG_HEAD, (_SG + "head", _SG + "rank", _SG + "ts")),
     ):
-        return None
-    # One record in each line, the one its head opens (a record start matches there,
-    # ending at the stamp; none can start in the `[file:line] ` after it): the hit's
-    # text is then the line (cut), as Marks.record_text finds it.
+        groups = line.str.extract_groups(head)
+        for name in names:
+            heads.append(
+                groups.struct.field(name).alias(name)
+                if mark in firsts
+                else pl.lit(None, dtype=pl.Utf8).alias(name)
+            )
+    v_len = pl.col("bulk_head_").str.len_chars().cast(pl.Int64)
+    s_len = pl.col(_SG + "head").str.len_chars().cast(pl.Int64)
+    rest = pl.col("rest")
+    # SGLang's record is what follows its head; nothing in it may time, name or cut
+    # the record otherwise (no level word: no engine stamp or record start; no pid).
+    sg_plain = (
+        s_len.is_not_null()
+        & ~line.str.contains_any([*_LEVEL_WORDS, " pid="])
+        & ~rest.str.starts_with(">")
+    )
     starts = ascii_only(_RECORD_START.pattern) or _RECORD_START.pattern
-    if c.str.slice(head).str.contains(starts).any():
+    v_plain = v_len.is_not_null() & ~rest.str.contains(starts)
+    base = (
+        pl.DataFrame({"line": c})
+        .lazy()
+        .with_columns(*heads)
+        .with_columns(v_len=v_len, s_len=s_len)
+        .with_columns(rest=line.str.slice(pl.col("v_len").fill_null(pl.col("s_len")).fill_null(0)))
+        .with_row_index("idx")
+        .collect(engine="in-memory")
+    )
+    # The stats signatures the block's lines are of: the first line's, and one more
+    # for each line a zero test finds another's in (SGLang's prefill lines among its
+    # decode lines); each zero test of a signature not among them is one pass.
+    seen = [s for s in lanes if any(True for _ in s.finditer(c[0]))][:1] or lanes[:1]
+    while True:
+        table = base.with_columns(_sorting(cands, lanes, seen, zero))
+        # (one pass for all the other signatures; the stats ones among them only on
+        # the lines it found something in)
+        unseen = [s for s in lanes if s not in seen]
+        hits = table.filter(pl.col("clash")).filter(_any_of(unseen, zero))
+        if hits.height == 0:
+            break
+        text = hits.get_column("line")[0]
+        more = [s for s in unseen if any(True for _ in s.finditer(text))]
+        if len(more) != 1:
+            break  # such lines go line by line (as odd ones, or the block does)
+        seen.append(more[0])
+    table = table.filter(
+        ~pl.col("clash") & (pl.sum_horizontal(*(pl.col(f"z{j}") for j in range(len(seen)))) == 1)
+    )
+    lineno = (rows + first_line).to_list()
+    sets: list[_Rows] = []
+    frames: list[pl.DataFrame] = []
+    for j, sig in enumerate(seen):
+        part = table.filter(pl.col(f"z{j}"))
+        if part.height == 0:
+            continue
+        # The one match is where the lane reads it: right after vLLM's head, or the
+        # whole of what follows SGLang's.
+        pattern, whole = _lane_pattern(sig), _plain(sig)
+        by_head = pl.lit(False)
+        if pattern is not None and "(" in firsts:
+            found = (line.str.find(pattern) == v_len) & (line.str.count_matches(pattern) == 1)
+            by_head = by_head | (v_plain & found)
+        if whole is not None and "[" in firsts:
+            by_head = by_head | (sg_plain & rest.str.contains(whole))
+        part = part.filter(by_head.fill_null(False))
+        if part.height == 0:
+            continue
+        built = _columns(sig, part, lineno, len(sets))
+        if built is None:
+            return None
+        got, frame = built
+        sets.append(got)
+        frames.append(frame)
+    if not frames:
         return None
-    # The match starts right after the head (a space), so it reads the same there as
-    # in the whole line: a `\\b` sees a non-word character either way, `^` is refused.
-    caps = c.str.slice(head).str.extract_groups(f"^(?P<{_ALL}>{pattern})").struct.unnest()
-    frame = pl.concat([caps, heads], how="horizontal").with_columns(head.alias(_PRE))
-    return lane, frame
+    frame = pl.concat(frames, how="diagonal").sort("row")
+    key = frame.get_column("clock")
+    frame = frame.with_columns(
+        run=(key != key.shift(1)).fill_null(False).cast(pl.Int64).cum_sum()
+    ).drop("clock")
+    return _Plan(sets, n, frame.get_column("row").to_list(), lineno, frame)
+
+
+def _sorting(
+    cands: list[Signature],
+    lanes: list[Signature],
+    seen: list[Signature],
+    zero: dict[str, str | None],
+) -> list[pl.Expr]:
+    """Columns of which signature each line may be of: `z{j}` for seen[j] (its
+    literal, and with several seen its zero test: a superset of its matches), and
+    `clash` for all the other candidate signatures."""
+    import polars as pl
+
+    line = pl.col("line")
+    z = [
+        (
+            line.str.contains_any(list(sig.prefilter))
+            & (line.str.contains(zero[sig.id] or "") if len(seen) > 1 else pl.lit(True))
+        )
+        .fill_null(False)
+        .alias(f"z{j}")
+        for j, sig in enumerate(seen)
+    ]
+    others = [s for s in cands if s not in seen]
+    return [*z, _any_of(others, zero).alias("clash")]
+
+
+def _any_of(sigs: list[Signature], zero: dict[str, str | None]) -> pl.Expr:
+    """Whether a line may hold a match of one of `sigs` (their zero tests)."""
+    import polars as pl
+
+    if not sigs:
+        return pl.lit(False)
+    either = "|".join(f"(?:{zero[s.id]})" for s in sigs)
+    return pl.col("line").str.contains(either).fill_null(True)
+
+
+def _lane_pattern(sig: Signature) -> str | None:
+    """sig's pattern, where polars runs it as `regex` does (vLLM's stats lines)."""
+    pattern = ascii_only(sig.pattern)
+    if pattern is None or not rust_ok(pattern) or anchored(sig.pattern):
+        return None
+    return pattern
+
+
+def _readable(sig: Signature) -> bool:
+    """Whether the lane reads sig's fields as Builder would: numbers where Builder
+    aggregates (an int preemption count), no constant in their place."""
+    if _lane_pattern(sig) is None and _plain(sig) is None:
+        return False
+    if any(k in sig.constants for k in (*AGG_FIELDS, *_PREEMPT_FIELDS)):
+        return False
+    return not any(
+        sig.fields.get(k, "int") not in (*_NUMERIC, *_CONVERTED) for k in AGG_FIELDS
+    ) and not any(sig.fields.get(k, "int") not in ("int", "int_commas") for k in _PREEMPT_FIELDS)
 
 
 def _columns(
-    sig: Signature, c: pl.Series, caps: pl.DataFrame, rows: pl.Series, first_line: int
-) -> _Rows | None:
-    """The lines' fields, stamps and stream keys; None when a value or stamp is of a
-    shape the line-by-line scan might read otherwise."""
+    sig: Signature, part: pl.DataFrame, lineno: list[int], which: int
+) -> tuple[_Rows, pl.DataFrame] | None:
+    """The lines' fields, stamps and stream keys, for the lines whose values and
+    stamps the lane reads as the line-by-line scan does (the others go that way);
+    None when the lines are not for the lane after all (both heads, a converter that
+    gives what the lane cannot hold as a column)."""
     import polars as pl
 
-    if any(k in sig.constants for k in (*AGG_FIELDS, *_PREEMPT_FIELDS)):
-        return None
-    if not all(t == "str" or t in _CAST_SHAPES for t in sig.fields.values()):
-        return None
-    # Builder reads these as numbers (an int preemption count): other types, other
-    # readings.
-    if any(sig.fields.get(k, "int") not in _NUMERIC for k in AGG_FIELDS) or any(
-        sig.fields.get(k, "int") not in ("int", "int_commas") for k in _PREEMPT_FIELDS
-    ):
-        return None
-    typed: dict[str, pl.Series] = {}
+    sglang = part.get_column("s_len").null_count() == 0
+    rest = pl.col("rest")
+    pattern, whole = _lane_pattern(sig), _plain(sig)
+    # Per head: vLLM's lines run the pattern after the head (it starts there); SGLang's
+    # fit the plain shape whole.
+    if sglang and whole is not None:
+        caps = rest.str.extract_groups(whole)
+        pre = caps.struct.field(PLAIN_PRE).str.len_chars()
+        length = caps.struct.field(PLAIN_MATCH).str.len_chars()
+        text, ts = rest, pl.col(_SG + "ts")
+        proc = pl.col(_SG + "rank").str.strip_chars()
+        shape = set(re.compile(whole).groupindex)
+    elif part.get_column("v_len").null_count() == 0 and pattern is not None:
+        caps = rest.str.extract_groups(f"^(?P<{_ALL}>{pattern})")
+        pre = pl.col("v_len")
+        length = caps.struct.field(_ALL).str.len_chars()
+        text, ts, proc = pl.col("line"), pl.col("bulk_ts_"), pl.col("bulk_proc_")
+        shape = set(sig.fields)
+    else:
+        return None  # both heads in one block for one signature: left to line by line
+    # fields the plain shape has no place for: None, as `pattern` leaves them
+    raw = [
+        (caps.struct.field(f) if f in shape else pl.lit(None, dtype=pl.Utf8)).alias(f)
+        for f in sig.fields
+    ]
+    lines = part.select(
+        pl.col("idx").cast(pl.Int64).alias("row"),
+        text.alias("text"),
+        pre.cast(pl.Int64).alias("start"),
+        (pre + length).cast(pl.Int64).alias("end"),
+        ts.alias("ts"),
+        proc.alias("proc"),
+        *raw,
+    )
+    ok = pl.lit(True)
+    typed: list[pl.Expr] = []
     for name, typ in sig.fields.items():
-        col = caps.get_column(name)
+        col = pl.col(name)
         if typ == "str":
-            typed[name] = col
-            continue
-        if not (col.is_null() | col.str.contains(_CAST_SHAPES[typ])).all():
-            return None
-        typed[name] = col.cast(pl.Float64 if typ in ("float", "percent") else pl.Int64)
-    ts = caps.get_column("bulk_ts_")
-    month = ts.str.slice(0, 2).cast(pl.Int64)
-    day = ts.str.slice(3, 2).cast(pl.Int64)
-    hms = [ts.str.slice(k, 2).cast(pl.Int64) for k in (6, 9, 12)]
-    days = pl.Series(_DAYS).gather((month - 1).clip(0, 11))
-    real = (
-        (month >= 1)
-        & (month <= 12)
-        & (day >= 1)
-        & (day <= days)
-        & (hms[0] <= 23)
-        & (hms[1] <= 59)
-        & (hms[2] <= 59)
+            typed.append(col.alias(f"f_{name}"))
+        elif typ in _CAST_SHAPES:
+            ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
+            dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
+            typed.append(col.cast(dtype, strict=False).alias(f"f_{name}"))
+        else:
+            # (SGLang's 0-1 usage read as a percentage) the converter itself, once a
+            # distinct value: a block of batch lines repeats a few dozen of them.
+            values = _converted(lines.get_column(name).drop_nulls().unique().to_list(), typ)
+            good = {k: v for k, v in values.items() if v is not _BAD}
+            if not all(type(v) is float for v in good.values()):
+                return None  # a column of floats holds only what the converter gave
+            bad = [k for k, v in values.items() if v is _BAD]
+            if bad:
+                ok = ok & ~col.is_in(pl.Series(bad, dtype=pl.Utf8).implode())
+            typed.append(
+                col.replace_strict(good, default=None, return_dtype=pl.Float64).alias(f"f_{name}")
+            )
+    real, clock, minute, sec = _stamps(pl.col("ts"), sglang)
+    if sglang:
+        dates = lines.get_column("ts").str.slice(0, 10).unique().to_list()
+        wrong = [d for d in dates if parse_iso(f"{d} 00:00:00") is None]
+        if wrong:
+            real = real & ~pl.col("ts").str.slice(0, 10).is_in(pl.Series(wrong).implode())
+        names = {r: sglang_rank(r or None) for r in lines.get_column("proc").unique().to_list()}
+        proc = pl.col("proc").replace_strict(names, default=None, return_dtype=pl.Utf8)
+    else:
+        proc = pl.col("proc")
+    kind = "sql" if sglang else ""
+    # The stream key (rollup.key_of) of a plain line: its signature, process and which
+    # fields are missing (the rest is the same on every line of one head here).
+    stream = pl.concat_str(
+        [
+            pl.lit(f"{sig.id}\x00{kind}"),
+            pl.col("proc").fill_null("\x01"),
+            *(pl.col(f"f_{n}").is_null().cast(pl.Utf8) for n in sig.fields),
+        ],
+        separator="\x00",
     )
-    if not real.all():
+    table = (
+        lines.lazy()
+        .with_columns(*typed, proc=proc, clock=clock, minute=minute, sec=sec)
+        .filter((ok & real).fill_null(False))
+        .with_columns(stream=stream, set=pl.lit(which, dtype=pl.Int64), i=pl.int_range(pl.len()))
+        .collect(engine="in-memory")
+    )
+    if table.height == 0:
         return None
-    proc = caps.get_column("bulk_proc_")
-    # The stream key (rollup.key_of) of a plain line: its process and which fields
-    # are missing (the rest is the same on every line here).
-    stream = pl.select(
-        pl.concat_str(
-            [proc, *(typed[n].is_null().cast(pl.Utf8) for n in sig.fields)], separator="\x00"
-        )
-    ).to_series()
-    clock = ts.str.slice(0, 5)
-    frame = pl.DataFrame(
-        {
-            "row": pl.int_range(0, len(c), eager=True),
-            "stream": stream,
-            "minute": ts.str.slice(0, 11),
-            "sec": hms[2],
-            "run": (clock != clock.shift(1)).fill_null(False).cast(pl.Int64).cum_sum(),
-            **{f"v_{k}": typed[k].cast(pl.Float64) for k in AGG_FIELDS if k in typed},
-            **{f"p_{k}": typed[k] for k in _PREEMPT_FIELDS if k in typed},
-        }
-    )
-    pre = caps.get_column(_PRE)
-    whole = caps.get_column(_ALL).str.len_chars()
-    return _Rows(
+    values = {n: table.get_column(f"f_{n}").to_list() for n in sig.fields}
+    number = [
+        pl.col(f"f_{k}").cast(pl.Float64).alias(f"v_{k}") for k in AGG_FIELDS if k in sig.fields
+    ]
+    counts = [pl.col(f"f_{k}").alias(f"p_{k}") for k in _PREEMPT_FIELDS if k in sig.fields]
+    frame = table.select("row", "set", "i", "stream", "minute", "sec", "clock", *number, *counts)
+    ts_list = table.get_column("ts").to_list()
+    rows = _Rows(
         sig=sig,
-        lineno=(rows + first_line).to_list(),
-        texts=c.to_list(),
-        start=pre.to_list(),
-        end=(pre + whole).to_list(),
-        proc=proc.to_list(),
-        ts=ts.to_list(),
-        typed={k: v.to_list() for k, v in typed.items()},
-        frame=frame,
+        lineno=[lineno[r] for r in table.get_column("row").to_list()],
+        texts=table.get_column("text").to_list(),
+        start=table.get_column("start").to_list(),
+        end=table.get_column("end").to_list(),
+        proc=table.get_column("proc").to_list(),
+        ts=[None] * len(ts_list) if sglang else ts_list,
+        wrapper=ts_list if sglang else None,
+        typed=values,
     )
+    return rows, frame
+
+
+def _stamps(ts: pl.Expr, sglang: bool) -> tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]:
+    """(a real time, the clock it sets, its minute, its seconds) of each head stamp:
+    vLLM's `MM-DD HH:MM:SS` (no Feb 29: its year is unknown here), SGLang's
+    `YYYY-MM-DD HH:MM:SS` (the caller checks its date with parse_iso), as
+    rollup.stamp_of has them."""
+    import polars as pl
+
+    at = 5 if sglang else 0  # where the month starts
+    month = ts.str.slice(at, 2).cast(pl.Int64, strict=False)
+    day = ts.str.slice(at + 3, 2).cast(pl.Int64, strict=False)
+    hms = [ts.str.slice(at + k, 2).cast(pl.Int64, strict=False) for k in (6, 9, 12)]
+    real = (hms[0] <= 23) & (hms[1] <= 59) & (hms[2] <= 59)
+    if sglang:
+        clock = pl.concat_str([pl.lit("w"), ts.str.slice(0, 10)])
+        minute = ts.str.slice(0, 16)
+    else:
+        days = pl.lit(pl.Series(_DAYS)).gather((month - 1).clip(0, 11))
+        real = real & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days)
+        clock = pl.concat_str([pl.lit("e"), ts.str.slice(0, 5)])
+        minute = ts.str.slice(0, 11)
+    return real, clock, minute, hms[2]
+
+
+def _odd_lines(
+    matcher: Matcher,
+    plan: _Plan,
+    lines: pl.Series,
+    rows: pl.Series,
+    odd: Odd,
+    clock: tuple[str, str] | None,
+) -> dict[int, ScanResult] | None:
+    """The candidate lines that are no lane line, matched as line by line (by
+    candidate); None when the block must go line by line after all: too many, one
+    in the block's tail, one a wrapped record's rejoin reached from, one that gives a
+    stats hit (it could join or end a rollup the lane aggregates alone), or a hit
+    that would move the clock (and so end open rollups) or has no stamp."""
+    odd_rows = sorted(set(range(plan.n)).difference(plan.rows))
+    if len(odd_rows) > MAX_ODD:
+        return None
+    if not odd_rows:
+        return {}
+    import polars as pl
+
+    # ASCII: a character is a byte. Where each line starts in the block.
+    begins = (lines.str.len_bytes() + 1).cum_sum().shift(1, fill_value=0)
+    at = begins.gather(rows.gather(pl.Series(odd_rows))).to_list()
+    size = lines.gather(rows.gather(pl.Series(odd_rows))).str.len_bytes().to_list()
+    before = matcher.rejoined
+    out: dict[int, ScanResult] = {}
+    for k, start, n in zip(odd_rows, at, size, strict=True):
+        got = odd(start, start + n, plan.lineno[k])
+        if got is None or matcher.rejoined != before:
+            matcher.rejoined = before
+            return None
+        if any(h.kind is Kind.STATS for h in got.hits):
+            return None
+        out[k] = got
+    # Each odd hit's clock must be the one the sink has there: the last lane line's
+    # above it (or the sink's before the block).
+    for k, got in out.items():
+        above = bisect_left(plan.rows, k) - 1
+        if above >= 0:
+            line = plan.frame.row(above, named=True)
+            now: tuple[str, str] | None = _clock(plan.sets[line["set"]], line["i"])
+        else:
+            now = clock
+        for h in got.hits:
+            when = stamp(h)
+            if when[0] is None or when[1] is None or when[0] != now:
+                return None
+    return out
+
+
+def _clock(r: _Rows, i: int) -> tuple[str, str]:
+    """The clock line i sets (rollup.stamp_of)."""
+    return ("e", r.ts[i][:5]) if r.wrapper is None else ("w", r.wrapper[i][:10])  # type: ignore[index]
 
 
 def _fields(r: _Rows, i: int) -> dict[str, FieldValue]:
@@ -273,6 +568,10 @@ def _fields(r: _Rows, i: int) -> dict[str, FieldValue]:
     return out
 
 
+def _wrapper(r: _Rows, i: int) -> WrapperStamp | None:
+    return None if r.wrapper is None else WrapperStamp("sql", r.wrapper[i])
+
+
 def _hit(
     source: str,
     r: _Rows,
@@ -280,10 +579,11 @@ def _hit(
     fields: dict[str, FieldValue] | None = None,
     text: str | None = None,
 ) -> Hit:
-    """The hit new_hit makes of line i: its text is the line (one record, cut), its
-    stamp and process the head's (the only ones before the match), no wrapper, pod,
-    uptime or repeat (_find saw to all that). With `fields` and `text`: that hit
-    slimmed as Builder._kept_last slims a rollup's last line."""
+    """The hit new_hit makes of line i: its text is the record (the line, or what
+    follows SGLang's head; one record, cut), its stamp and process the head's (the
+    only ones before the match), no pod, uptime or repeat (_plan saw to all that).
+    With `fields` and `text`: that hit slimmed as Builder._kept_last slims a
+    rollup's last line."""
     return Hit(
         source,
         r.lineno[i],
@@ -291,7 +591,7 @@ def _hit(
         r.sig.kind,
         _fields(r, i) if fields is None else fields,
         cut(r.texts[i][: MAX_EVIDENCE_CHARS + 1]) if text is None else text,
-        None,
+        _wrapper(r, i),
         r.ts[i],
         r.proc[i],
         1,
@@ -303,19 +603,22 @@ def _hit(
     )
 
 
-def _key(r: _Rows, i: int, fields: dict[str, FieldValue]) -> tuple[object, ...]:
-    return key_of(r.sig.id, r.proc[i], None, None, fields, "")
-
-
-def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
+def _roll(
+    source: str,
+    plan: _Plan,
+    others: dict[int, ScanResult],
+    sink: RollupSink,
+    result: ScanResult,
+) -> None:
     """Add the block's lines to `sink` as RollupSink.add_ref would one by one: the
     segments (one stream, one clock minute, stamps not going back, no change of
-    month-day between) that open and close inside the block are aggregated as
-    columns; the first of each stream in the block's first month-day and the last of
-    each stream in its last one go through the sink, line by line."""
+    clock between) that open and close inside the block are aggregated as columns;
+    the first of each stream in the block's first clock and the last of each stream
+    in its last one go through the sink, line by line; the odd lines' hits go to it
+    in their place among the segments (by first line)."""
     import polars as pl
 
-    f = r.frame
+    f = plan.frame
     prev = [pl.col(k).shift(1).over("stream") for k in ("minute", "sec", "run")]
     f = f.with_columns(
         new=(
@@ -333,9 +636,10 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
         f.group_by("seg", maintain_order=True)
         .agg(
             first=pl.col("row").first(),
-            rows=pl.col("row"),
+            members=pl.col("i"),
             run=pl.col("run").first(),
             stream=pl.col("stream").first(),
+            set=pl.col("set").first(),
         )
         .with_columns(
             edge=(pl.col("run") == 0) & pl.col("stream").is_first_distinct()
@@ -343,7 +647,7 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
         )
     )
     inner = segs.filter(~pl.col("edge")).get_column("seg")
-    aggs = _aggregates(r, f.filter(pl.col("seg").is_in(inner.implode())))
+    aggs = _aggregates(f.filter(pl.col("seg").is_in(inner.implode())))
     run_now = 0
     # The sink's key of each stream whose last segment so far went to it line by line:
     # the stream's next segment closes that rollup (its first line is one the rollup
@@ -351,36 +655,61 @@ def _roll(source: str, r: _Rows, sink: RollupSink, result: ScanResult) -> None:
     # to the sink might join it: a stream whose clock goes back to that minute (two
     # pods' logs one after the other) had its two runs of the minute merged.
     fed: dict[str, tuple[object, ...]] = {}
-    for seg, first, members, run, edge, stream in segs.select(
-        "seg", "first", "rows", "run", "edge", "stream"
+    odd = iter(sorted(others.items()))
+    nxt = next(odd, None)
+    last_line, went_to = 0, sink.went_to
+    for seg, first, members, run, edge, stream, which in segs.select(
+        "seg", "first", "members", "run", "edge", "stream", "set"
     ).iter_rows():
+        while nxt is not None and nxt[0] < first:
+            last_line, went_to = _replay(nxt[1], result, last_line), None
+            nxt = next(odd, None)
+        r = plan.sets[which]
         if run != run_now:
-            # Another month-day: the sink would close every open rollup (they all
-            # have the old one) on the first line stamped with it.
+            # Another clock (month-day, date): the sink would close every open rollup
+            # (they all have the old one) on the first line stamped with it.
             run_now = run
             for k in list(sink.open):
                 sink._close(sink.open.pop(k))
             fed.clear()
-            sink.clock = ("e", r.ts[first][:5])
+            sink.clock = _clock(r, members[0])
         key = fed.pop(stream, None)
         if key is not None and (open_one := sink.open.pop(key, None)) is not None:
             sink._close(open_one)
         if edge:
             for i in members:
                 fed[stream] = _feed(source, r, i, sink)
+            went_to = sink.went_to
         else:
             _close_segment(source, r, aggs[seg], sink)
-    # As the sink leaves it line by line: the line added last (each of these lines
-    # holds one hit, so the next line's first hit may join any rollup).
-    sink.line, sink.went_to = r.lineno[-1], sink.went_to if edge else None
+            went_to = None
+        result.recognised[r.sig.family] += len(members)
+        last_line = max(last_line, r.lineno[members[-1]])
+    while nxt is not None:
+        last_line, went_to = _replay(nxt[1], result, last_line), None
+        nxt = next(odd, None)
+    # As the sink leaves it line by line: the line added last (each line holds one
+    # hit of the lane's, so the next line's first hit may join any rollup).
+    sink.line, sink.went_to = last_line, went_to
+
+
+def _replay(got: ScanResult, result: ScanResult, last_line: int) -> int:
+    """An odd line's hits and counts into `result`, as its match made them."""
+    for h in got.hits:
+        result.add(h)
+        last_line = max(last_line, h.line)
+    result.skipped.update(got.skipped)
+    result.recognised.update(got.recognised)
+    return last_line
 
 
 def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> tuple[object, ...]:
     """Line i to the sink as RollupSink.add_ref would take it; its stream key."""
     fields = _fields(r, i)
     made = partial(_hit, source, r, i)
-    key = _key(r, i, fields)
-    sink.add_ref(_Deferred(made), fields, stamp_of(None, r.ts[i]), key, r.lineno[i])
+    wrapper = _wrapper(r, i)
+    key = key_of(r.sig.id, r.proc[i], None, wrapper, fields, "")
+    sink.add_ref(_Deferred(made), fields, stamp_of(wrapper, r.ts[i]), key, r.lineno[i])
     return key
 
 
@@ -400,7 +729,7 @@ class _Agg:
     preempting: tuple[int, ...]
 
 
-def _aggregates(r: _Rows, f: pl.DataFrame) -> dict[int, _Agg]:
+def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
     """What Builder accumulates over each segment's lines, as polars aggregations."""
     import polars as pl
 
@@ -428,7 +757,7 @@ def _aggregates(r: _Rows, f: pl.DataFrame) -> dict[int, _Agg]:
     at_peak = pl.col("filled") == pl.col("filled").max()
     running = value("running").cast(pl.Int64)
     agg = f.group_by("seg", maintain_order=True).agg(
-        rows=pl.col("row"),
+        rows=pl.col("i"),
         n=pl.len(),
         pre=pl.col("npre").sum(),
         lower=pl.col("lower").any(),
@@ -437,12 +766,12 @@ def _aggregates(r: _Rows, f: pl.DataFrame) -> dict[int, _Agg]:
         **{f"cnt_{k}": value(k).is_not_null().sum() for k in AGG_FIELDS},
         **{f"max_{k}": value(k).max() for k in AGG_FIELDS},
         wpos=(value("waiting") > 0).fill_null(False).sum(),
-        peak_row=pl.col("row")
+        peak_row=pl.col("i")
         .filter(at_pick & (pl.col("npre") == pl.col("npre").filter(at_pick).max()))
         .first(),
         peak_kv=pl.col("filled").max(),
         peak_running=running.filter(at_peak).min(),
-        preempting=pl.col("row").filter(pl.col("npre") > 0).head(2),
+        preempting=pl.col("i").filter(pl.col("npre") > 0).head(2),
     )
     col = agg.to_dict(as_series=False)
     sums = zip(*(col[f"sum_{k}"] for k in AGG_FIELDS), strict=True)

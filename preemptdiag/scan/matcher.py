@@ -158,6 +158,17 @@ class Matcher:
         done = self._rejoined
         return done is not None and done[0] == source and done[1] < lineno <= done[2]
 
+    @property
+    def rejoined(self) -> tuple[str, int, int] | None:
+        """The wrapped record matched whole last (source, first line, last line)."""
+        return self._rejoined
+
+    @rejoined.setter
+    def rejoined(self, done: tuple[str, int, int] | None) -> None:
+        # lane.py matches a block's odd lines before it knows it takes the block: a
+        # block it gives back is matched again line by line from the state before.
+        self._rejoined = done
+
     def rejoined_reaches(self, source: str, lineno: int) -> bool:
         """Whether the wrapped record matched whole last covers line `lineno` or later."""
         done = self._rejoined

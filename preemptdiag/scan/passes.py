@@ -214,7 +214,10 @@ def scan_fast(
                 and rust_regex.usable()
             ):
                 # A block of plain stats lines, matched and rolled up as columns.
-                took = lane_mod.try_block(matcher, src.name, block, size, next_line, result)
+                odd = partial(
+                    _odd_line, matcher, src.name, block, size, look, above, tail_start(block, size)
+                )
+                took = lane_mod.try_block(matcher, src.name, block, size, next_line, result, odd)
                 if took is None:
                     lane.missed(blocks)
                 else:
@@ -279,6 +282,32 @@ def scan_fast(
     if budget is not None:
         budget.spend(result.held)
     return result
+
+
+def _odd_line(
+    matcher: Matcher,
+    source: str,
+    block: Buffer,
+    size: int,
+    look: Decode,
+    above: list[str],
+    tail: int,
+    start: int,
+    end: int,
+    lineno: int,
+) -> ScanResult | None:
+    """A candidate line of a lane block matched as the loop in scan_fast matches it,
+    into a result of its own (lane.Odd); None when it lies in the block's tail (the
+    loop would have it wait for the next block). The lane refuses a block whose
+    candidate lines hold request text, so decoy_only has nothing to find here."""
+    if start >= tail:
+        return None
+    got = ScanResult(source=source)
+    raw = decode_line(block[start:end], got)
+    following: NextLine = partial(line_at, block, end + 1, size, look)
+    before: NextLine = partial(line_before, block, start, look, above)
+    matcher.match(source, lineno, raw, following, got, prev_raw=before)
+    return got
 
 
 def _note_early_end(f: BinaryIO, src: Source, result: ScanResult) -> None:
