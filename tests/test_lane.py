@@ -487,3 +487,57 @@ def test_an_odd_line_in_a_blocks_tail_sends_it_line_by_line(
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     _, took = _assert_lane_exact(path, monkeypatch)
     assert took == [False]
+
+
+def test_a_big_files_first_dense_block_goes_the_lanes_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Big on disk and dense with stats lines from its first block (a month of them):
+    # that block goes the lane's way too, not one line at a time before polars.
+    lines = _plain_log(12_000, datetime(2025, 6, 3, 0, 0), 10, 3)
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert path.stat().st_size > 2 << 20
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size)  # not to write 8 MiB
+    monkeypatch.setattr(lane, "ENABLED", False)
+    off = scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    monkeypatch.setattr(lane, "ENABLED", True)
+    taken = _spy_on_lane(monkeypatch)
+    on = scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    assert taken == [True, True, True]
+    assert (on.hits, on.members, on.recognised) == (off.hits, off.members, off.recognised)
+
+
+def test_a_big_sparse_file_never_tries_the_lane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A few stats lines a block among other lines: no block is dense enough to pay
+    # polars for (the lane is not even asked).
+    filler = "(APIServer pid=1) INFO 06-03 00:00:00 [logger.py:41] GET /health 200 OK\n" * 1500
+    stats = _plain_log(600, datetime(2025, 6, 3, 0, 0), 10, 4)
+    path = tmp_path / "sparse.log"
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(0, len(stats), 20):
+            f.write(filler + "\n".join(stats[i : i + 20]) + "\n")
+    monkeypatch.setattr(bulk, "BIG_BYTES", 1 << 20)
+    taken = _spy_on_lane(monkeypatch)
+    got = scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    assert taken == []
+    assert got.recognised["stats"] == 600
+
+
+def test_a_small_dense_file_tries_the_lane_only_after_many_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under BIG_BYTES a file's first AFTER_LINES candidate lines go one by one: polars'
+    # pages cost more memory than a short log saves in time (a day of stats lines).
+    lines = _plain_log(12_000, datetime(2025, 6, 3, 0, 0), 10, 3)
+    path = tmp_path / "stats.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + 1)
+    taken = _spy_on_lane(monkeypatch)
+    scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    assert taken == []
+    monkeypatch.setattr(bulk, "AFTER_LINES", 4000)  # under a block of lines
+    scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    assert taken == [True, True]  # the blocks after the first

@@ -204,15 +204,22 @@ def scan_fast(
                 while pending and pending[0].complete:
                     pending.pop(0).match(src.name, matcher, result, _no_line)
             newlines = -1
-            if (
+            cands: list[tuple[int, int, int]] | None = None
+            lane_now = (
                 lane_mod.ENABLED
                 and result.sink is not None
                 and not pending
-                and seen >= bulk_mod.AFTER_LINES
                 and lane.due(blocks)
                 and not matcher.rejoined_reaches(src.name, next_line)
-                and rust_regex.usable()
-            ):
+            )
+            if lane_now and seen < bulk_mod.AFTER_LINES:
+                # Before polars is paid for: only a big file's block dense with
+                # candidate lines (a month of stats lines, a dense SGLang log) tries the
+                # lane; a big sparse log never pays polars' pages.
+                if big:
+                    cands = finder.candidate_lines(block, size)
+                lane_now = cands is not None and len(cands) >= bulk_mod.DENSE_LINES
+            if lane_now and rust_regex.usable():
                 # A block of plain stats lines, matched and rolled up as columns.
                 odd = partial(
                     _odd_line, matcher, src.name, block, size, look, above, tail_start(block, size)
@@ -223,9 +230,10 @@ def scan_fast(
                 else:
                     lane.took()
                     newlines = took
-                    seen += took
+                    seen = max(seen + took, bulk_mod.AFTER_LINES)
             if newlines < 0:
-                cands = finder.candidate_lines(block, size)
+                if cands is None:
+                    cands = finder.candidate_lines(block, size)
                 numbers, newlines = number_lines(block, cands, next_line, size)
                 tail = tail_start(block, size)
                 items: list[Item] = []
