@@ -489,16 +489,23 @@ def test_an_odd_line_in_a_blocks_tail_sends_it_line_by_line(
     assert took == [False]
 
 
+def _three_blocks_of_stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, big: bool) -> Path:
+    """A log of ~2.7 MiB of stats lines, counted as big (BIG_BYTES) or not."""
+    path = tmp_path / "stats.log"
+    lines = _plain_log(12_000, datetime(2025, 6, 3, 0, 0), 10, 3)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert path.stat().st_size > 2 << 20
+    # (big: not to write 8 MiB)
+    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + (0 if big else 1))
+    return path
+
+
 def test_a_big_files_first_dense_block_goes_the_lanes_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Big on disk and dense with stats lines from its first block (a month of them):
     # that block goes the lane's way too, not one line at a time before polars.
-    lines = _plain_log(12_000, datetime(2025, 6, 3, 0, 0), 10, 3)
-    path = tmp_path / "stats.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert path.stat().st_size > 2 << 20
-    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size)  # not to write 8 MiB
+    path = _three_blocks_of_stats(tmp_path, monkeypatch, big=True)
     monkeypatch.setattr(lane, "ENABLED", False)
     off = scan_fast(open_source(str(path)), MATCHER, rollup=True)
     monkeypatch.setattr(lane, "ENABLED", True)
@@ -531,10 +538,7 @@ def test_a_small_dense_file_tries_the_lane_only_after_many_lines(
 ) -> None:
     # Under BIG_BYTES a file's first AFTER_LINES candidate lines go one by one: polars'
     # pages cost more memory than a short log saves in time (a day of stats lines).
-    lines = _plain_log(12_000, datetime(2025, 6, 3, 0, 0), 10, 3)
-    path = tmp_path / "stats.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    monkeypatch.setattr(bulk, "BIG_BYTES", path.stat().st_size + 1)
+    path = _three_blocks_of_stats(tmp_path, monkeypatch, big=False)
     taken = _spy_on_lane(monkeypatch)
     scan_fast(open_source(str(path)), MATCHER, rollup=True)
     assert taken == []
