@@ -42,7 +42,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from preemptdiag.model import request_text
@@ -273,37 +273,33 @@ def _plan(matcher: Matcher, c: pl.Series, rows: pl.Series, first_line: int) -> _
         if len(more) != 1:
             break  # such lines go line by line (as odd ones, or the block does)
         seen.append(more[0])
-    table = table.filter(
-        ~pl.col("clash") & (pl.sum_horizontal(*(pl.col(f"z{j}") for j in range(len(seen)))) == 1)
+    alone = ~pl.col("clash") & (
+        pl.sum_horizontal(*(pl.col(f"z{j}") for j in range(len(seen)))) == 1
     )
     lineno = (rows + first_line).to_list()
     sets: list[_Rows] = []
     frames: list[pl.DataFrame] = []
     for j, sig in enumerate(seen):
-        part = table.filter(pl.col(f"z{j}"))
-        if part.height == 0:
-            continue
         # The one match is where the lane reads it: right after vLLM's head, or the
-        # whole of what follows SGLang's.
+        # whole of what follows SGLang's. (Lazy: the lines are copied once, filtered.)
         pattern, whole = _lane_pattern(sig), _plain(sig)
-        by_head = pl.lit(False)
+        mine = table.lazy().filter(alone & pl.col(f"z{j}"))
+        heads_of: list[tuple[bool, pl.Expr]] = []
         if pattern is not None and "(" in firsts:
             found = (line.str.find(pattern) == v_len) & (line.str.count_matches(pattern) == 1)
-            by_head = by_head | (v_plain & found)
+            heads_of.append((False, v_plain & found))
         if whole is not None and "[" in firsts:
-            by_head = by_head | (sg_plain & rest.str.contains(whole))
-        part = part.filter(by_head.fill_null(False))
-        if part.height == 0:
-            continue
-        built = _columns(sig, part, lineno, len(sets))
-        if built is None:
-            return None
-        got, frame = built
-        sets.append(got)
-        frames.append(frame)
+            heads_of.append((True, sg_plain & rest.str.contains(whole)))
+        for sglang, fits in heads_of:
+            built = _columns(sig, mine.filter(fits.fill_null(False)), sglang, lineno, len(sets))
+            if built is not None:
+                got, frame = built
+                sets.append(got)
+                frames.append(frame)
     if not frames:
         return None
-    frame = pl.concat(frames, how="diagonal").sort("row")
+    # (filters keep the lines' order: one set's frame is in order already)
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("row")
     key = frame.get_column("clock")
     frame = frame.with_columns(
         run=(key != key.shift(1)).fill_null(False).cast(pl.Int64).cum_sum()
@@ -348,10 +344,16 @@ def _any_of(sigs: list[Signature], zero: dict[str, str | None]) -> pl.Expr:
 
 def _lane_pattern(sig: Signature) -> str | None:
     """sig's pattern, where polars runs it as `regex` does (vLLM's stats lines)."""
-    pattern = ascii_only(sig.pattern)
-    if pattern is None or not rust_ok(pattern) or anchored(sig.pattern):
+    return _runnable(sig.pattern)
+
+
+@cache
+def _runnable(pattern: str) -> str | None:
+    # (cached: a block asks for each candidate signature's, and anchored() parses it)
+    ascii = ascii_only(pattern)
+    if ascii is None or not rust_ok(ascii) or anchored(pattern):
         return None
-    return pattern
+    return ascii
 
 
 def _readable(sig: Signature) -> bool:
@@ -367,34 +369,34 @@ def _readable(sig: Signature) -> bool:
 
 
 def _columns(
-    sig: Signature, part: pl.DataFrame, lineno: list[int], which: int
+    sig: Signature, part: pl.LazyFrame, sglang: bool, lineno: list[int], which: int
 ) -> tuple[_Rows, pl.DataFrame] | None:
-    """The lines' fields, stamps and stream keys, for the lines whose values and
-    stamps the lane reads as the line-by-line scan does (the others go that way);
-    None when the lines are not for the lane after all (both heads, a converter that
-    gives what the lane cannot hold as a column)."""
+    """The fields, stamps and stream keys of the lines (all with SGLang's head, or all
+    with vLLM's) whose values and stamps the lane reads as the line-by-line scan does
+    (the others go that way); None when there are none, or the converter gives what
+    the lane cannot hold as a column."""
     import polars as pl
 
-    sglang = part.get_column("s_len").null_count() == 0
     rest = pl.col("rest")
-    pattern, whole = _lane_pattern(sig), _plain(sig)
     # Per head: vLLM's lines run the pattern after the head (it starts there); SGLang's
     # fit the plain shape whole.
-    if sglang and whole is not None:
+    if sglang:
+        whole = _plain(sig)
+        assert whole is not None
         caps = rest.str.extract_groups(whole)
         pre = caps.struct.field(PLAIN_PRE).str.len_chars()
         length = caps.struct.field(PLAIN_MATCH).str.len_chars()
         text, ts = rest, pl.col(_SG + "ts")
         proc = pl.col(_SG + "rank").str.strip_chars()
         shape = set(re.compile(whole).groupindex)
-    elif part.get_column("v_len").null_count() == 0 and pattern is not None:
+    else:
+        pattern = _lane_pattern(sig)
+        assert pattern is not None
         caps = rest.str.extract_groups(f"^(?P<{_ALL}>{pattern})")
         pre = pl.col("v_len")
         length = caps.struct.field(_ALL).str.len_chars()
         text, ts, proc = pl.col("line"), pl.col("bulk_ts_"), pl.col("bulk_proc_")
         shape = set(sig.fields)
-    else:
-        return None  # both heads in one block for one signature: left to line by line
     # fields the plain shape has no place for: None, as `pattern` leaves them
     raw = [
         (caps.struct.field(f) if f in shape else pl.lit(None, dtype=pl.Utf8)).alias(f)
@@ -408,7 +410,9 @@ def _columns(
         ts.alias("ts"),
         proc.alias("proc"),
         *raw,
-    )
+    ).collect(engine="in-memory")
+    if lines.height == 0:
+        return None
     ok = pl.lit(True)
     typed: list[pl.Expr] = []
     for name, typ in sig.fields.items():
