@@ -72,7 +72,7 @@ _UNPLAIN = re.compile(rb"[^\x20-\x7e\n]")
 _STOP = ("[repeated", " llm_engine.py:", *request_text.TRIGGERS)
 MAX_LINE = 4096  # a longer candidate line: not a plain stats line
 _DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # 2001: no Feb 29 here
-_PRE, _ALL = "lane_prefix_", "lane_match_"
+_ALL = "lane_match_"
 ENABLED = True  # tests turn it off to hold the lane to the line-by-line scan
 _NUMERIC = ("int", "int_commas", "float", "percent")
 # Converted once a distinct value (bulk._converted) where Builder aggregates: SGLang's
@@ -219,9 +219,10 @@ def _plan(matcher: Matcher, c: pl.Series, rows: pl.Series, first_line: int) -> _
         return None
     n = len(c)
     line = pl.col("line")
-    # One polars query (each eager call costs a query's overhead): the heads present
-    # (a block of vLLM lines has no SGLang head to look for, and the other way round),
-    # what follows them, and which signature's plain line each line is.
+    # Few polars queries (each eager call costs a query's overhead): the heads present
+    # (a block of vLLM lines has no SGLang head to look for, and the other way round)
+    # and what follows them, then which signature each line may be of, then per
+    # signature and head its plain lines' captures (_columns).
     firsts = set(c.str.slice(0, 1).unique().to_list())
     heads: list[pl.Expr] = []
     for mark, head, names in (
