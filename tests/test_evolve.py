@@ -70,3 +70,29 @@ def test_the_gc_pause_restores_what_it_found() -> None:
         assert not gc.isenabled()  # off before, off after
     finally:
         gc.enable()
+
+
+class _Kept:
+    pass
+
+
+def test_what_the_gc_pause_kept_is_old_and_someone_elses_freeze_stays() -> None:
+    import gc
+
+    from preemptdiag.model.gcpause import cyclic_gc_paused
+
+    with cyclic_gc_paused():
+        kept = _Kept()
+    # in the oldest generation: the next collections do not walk it again
+    assert any(o is kept for o in gc.get_objects(generation=2))
+    mine = _Kept()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with cyclic_gc_paused():
+            young = _Kept()
+        assert gc.get_freeze_count() == frozen  # not unfrozen by the pause
+        assert not any(o is mine for o in gc.get_objects(generation=2))
+        assert any(o is young for o in gc.get_objects(generation=0))
+    finally:
+        gc.unfreeze()

@@ -24,4 +24,7 @@ def cyclic_gc_paused() -> Iterator[None]:
         yield
     finally:
         if was:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
