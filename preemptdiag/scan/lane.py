@@ -55,7 +55,6 @@ from preemptdiag.scan.rollup import (
     AGG_FIELDS,
     LAST_FIELDS,
     RollupSink,
-    _with,
     key_of,
     stamp,
     stamp_of,
@@ -583,12 +582,13 @@ def _hit(
     i: int,
     fields: dict[str, FieldValue] | None = None,
     text: str | None = None,
+    rollup: Rollup[Hit] | None = None,
 ) -> Hit:
     """The hit new_hit makes of line i: its text is the record (the line, or what
     follows SGLang's head; one record, cut), its stamp and process the head's (the
     only ones before the match), no pod, uptime or repeat (_plan saw to all that).
     With `fields` and `text`: that hit slimmed as Builder._kept_last slims a
-    rollup's last line."""
+    rollup's last line; with `rollup`: the carrier of that rollup."""
     return Hit(
         source,
         r.lineno[i],
@@ -602,7 +602,7 @@ def _hit(
         1,
         None,
         None,
-        None,
+        rollup,
         r.sig.engine,
         r.start[i],
     )
@@ -806,8 +806,12 @@ def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
 
 
 def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
-    """Append the hit Builder.build gives for this closed segment to the sink."""
+    """Append the hit Builder.build gives for this closed segment to the sink (each
+    hit made once: the carrier with its rollup, the last line slimmed unless kept)."""
     carrier_row = a.rows[0]
+    if a.n == 1:
+        sink.hits.append(_hit(source, r, carrier_row))
+        return
     made: dict[int, Hit] = {}
 
     def hit(i: int) -> Hit:
@@ -816,18 +820,11 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
             h = made[i] = _hit(source, r, i)
         return h
 
-    carrier = hit(carrier_row)
-    if a.n == 1:
-        sink.hits.append(carrier)
-        return
     last_row = a.rows[-1]
-    keep_last = last_row == a.peak_row or last_row in a.preempting
-    if keep_last:
+    if last_row == a.peak_row or last_row in a.preempting:
         last = hit(last_row)
     else:
-        fields = _fields(r, last_row)
-        kept = {k: fields[k] for k in LAST_FIELDS if k in fields}
-        last = _hit(source, r, last_row, kept, "")
+        last = _hit(source, r, last_row, _last_fields(r, last_row), "")
     stats = RollupStats(
         n=a.n,
         preemptions=a.preemptions,
@@ -840,6 +837,18 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
         peak_running=a.peak_running,
     )
     rollup = Rollup(stats, last, hit(a.peak_row), tuple(hit(i) for i in a.preempting))
-    sink.hits.append(_with(carrier, carrier.fields, carrier.text, rollup))
+    sink.hits.append(_hit(source, r, carrier_row, rollup=rollup))
     kept_rows = {last_row, a.peak_row, *a.preempting} - {carrier_row}
     sink.members += len(kept_rows)
+
+
+def _last_fields(r: _Rows, i: int) -> dict[str, FieldValue]:
+    """_fields(r, i) of LAST_FIELDS only (Builder._kept_last's slimming), in that order."""
+    out: dict[str, FieldValue] = {}
+    for k in LAST_FIELDS:
+        col = r.typed.get(k)
+        if col is not None:
+            out[k] = col[i]
+        elif k in r.sig.constants:
+            out[k] = r.sig.constants[k]
+    return out
