@@ -191,6 +191,19 @@ def test_one_odd_line_sends_its_block_line_by_line(
     assert taken == [request.node.callspec.id == "overflow"]
 
 
+@pytest.mark.parametrize("stop", lane._STOP)
+def test_the_stop_pattern_finds_each_stop_literal_as_contains_any_does(stop: str) -> None:
+    import polars as pl
+
+    near = [stop, f"x {stop} y", stop[:-1], stop[1:], stop.upper(), ""]
+    s = pl.Series(near)
+    assert (
+        s.str.contains(lane._STOP_PATTERN).to_list()
+        == s.str.contains_any(list(lane._STOP)).to_list()
+    )
+    assert s.str.contains(lane._STOP_PATTERN)[0]
+
+
 def test_a_rollup_open_at_a_block_end_carries_on_into_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
