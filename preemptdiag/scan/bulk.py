@@ -49,7 +49,14 @@ from preemptdiag.scan.matcher import (
 )
 from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
 from preemptdiag.scan.rust_regex import ascii_only, rust_ok, usable, zero_test
-from preemptdiag.scan.signatures import CONVERTERS, PLAIN_MATCH, PLAIN_PRE, Signature
+from preemptdiag.scan.signatures import (
+    _FLOAT_LIMIT,
+    _PERCENT_LIMIT,
+    CONVERTERS,
+    PLAIN_MATCH,
+    PLAIN_PRE,
+    Signature,
+)
 
 if TYPE_CHECKING:
     from preemptdiag.scan.wrap import NextLine
@@ -82,6 +89,25 @@ _CAST_SHAPES = {
     "float": r"^\d+(?:\.\d+)?$",
     "percent": r"^\d+(?:\.\d+)?$",
 }
+
+
+def cast_column(col: Any, typ: str) -> tuple[Any, Any]:
+    """(whether each value is one polars converts as CONVERTERS[typ] does, the values
+    cast) of a column (Series or expression) of a _CAST_SHAPES type: null, or of the
+    shape and inside the converter's range (a digit string is never negative). Out of
+    range (a float past 1e15, a percentage past 1000 %, damage), the converter refuses
+    the value; cast, it would be aggregated (fuzzed: `usage: 9999...9%` read as 1e41 %)."""
+    import polars as pl
+
+    typed = col.cast(pl.Float64 if typ in ("float", "percent") else pl.Int64, strict=False)
+    fits = col.str.contains(_CAST_SHAPES[typ])
+    if typ == "float":
+        fits = fits & (typed < _FLOAT_LIMIT)
+    elif typ == "percent":
+        fits = fits & (typed <= _PERCENT_LIMIT)
+    return col.is_null() | fits, typed
+
+
 # vLLM's head before a stats line, `(APIServer pid=1) INFO 06-03 08:00:00
 # [loggers.py:236] `: where it is all that precedes the match, proc_before finds the
 # name (the only `(... pid=N)`: the name holds no parenthesis) and engine_ts_before
@@ -298,9 +324,9 @@ def _typed(caps: Any, sig: Signature, n: int) -> list[dict[str, FieldValue] | No
         if typ == "str":
             columns.append(col.to_list())
         elif typ in _CAST_SHAPES:
-            ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
-            dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
-            columns.append(col.cast(dtype, strict=False).to_list())
+            fits, typed_col = cast_column(col, typ)
+            ok = ok & fits
+            columns.append(typed_col.to_list())
         else:
             # (SGLang's 0-1 usage read as a percentage) the converter itself, once a
             # distinct value: a block of batch lines repeats a few dozen of them.

@@ -48,7 +48,15 @@ from typing import TYPE_CHECKING, Any
 from preemptdiag.model import request_text
 from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
 from preemptdiag.model.timeparse import parse_iso
-from preemptdiag.scan.bulk import _BAD, _CAST_SHAPES, _HEAD, _converted, _Deferred, _plain
+from preemptdiag.scan.bulk import (
+    _BAD,
+    _CAST_SHAPES,
+    _HEAD,
+    _converted,
+    _Deferred,
+    _plain,
+    cast_column,
+)
 from preemptdiag.scan.lines import _LEVEL_WORDS, _RECORD_START, sglang_rank
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher, ScanResult, cut
 from preemptdiag.scan.rollup import (
@@ -67,8 +75,9 @@ if TYPE_CHECKING:
 
 # A block qualifies only with no byte outside printable ASCII but its newlines.
 _UNPLAIN = re.compile(rb"[^\x20-\x7e\n]")
-# Candidate lines that go the line-by-line way whatever they hold.
-_STOP = ("[repeated", " llm_engine.py:", *request_text.TRIGGERS)
+# Candidate lines that go the line-by-line way whatever they hold (`#033[`: rsyslog's
+# escaped ESC, which lines.normalise takes out of the text and the process name).
+_STOP = ("[repeated", " llm_engine.py:", "#033[", *request_text.TRIGGERS)
 # The same test as a pattern: contains_any builds its automaton each call (~2 ms a
 # block for these), polars keeps a compiled pattern (~0.6 ms), measured.
 _STOP_PATTERN = "|".join(re.escape(lit) for lit in _STOP)
@@ -423,9 +432,9 @@ def _columns(
         if typ == "str":
             typed.append(col.alias(f"f_{name}"))
         elif typ in _CAST_SHAPES:
-            ok = ok & (col.is_null() | col.str.contains(_CAST_SHAPES[typ]))
-            dtype = pl.Float64 if typ in ("float", "percent") else pl.Int64
-            typed.append(col.cast(dtype, strict=False).alias(f"f_{name}"))
+            fits, cast = cast_column(col, typ)
+            ok = ok & fits
+            typed.append(cast.alias(f"f_{name}"))
         else:
             # (SGLang's 0-1 usage read as a percentage) the converter itself, once a
             # distinct value: a block of batch lines repeats a few dozen of them.
