@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import regex
+from builders import bench_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_bulk import V1, _stats_log
@@ -577,3 +578,16 @@ def test_a_small_dense_file_tries_the_lane_only_after_many_lines(
     monkeypatch.setattr(bulk, "AFTER_LINES", 4000)  # under a block of lines
     scan_fast(open_source(str(path)), MATCHER, rollup=True)
     assert taken == [True, True]  # the blocks after the first
+
+
+LANE_FUZZ_SEED, LANE_FUZZ_INPUTS = 13, 30
+
+
+def test_damaged_generated_logs_through_the_lane_and_bulk_match_line_by_line() -> None:
+    """The CI slice of bench/lane_fuzz.py (the long run: --count 5000): dense
+    generated logs damaged by fuzz.py's mutators, scanned one line at a time, by
+    bulk.py and through the lane, all three alike."""
+    tally = bench_module("lane_fuzz").run(LANE_FUZZ_SEED, range(LANE_FUZZ_INPUTS))
+    assert tally.inputs == LANE_FUZZ_INPUTS
+    assert tally.lane_blocks > 100  # the slice exercises the lane, not only its refusals
+    assert not tally.found, "\n".join(tally.found)

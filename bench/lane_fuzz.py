@@ -1,0 +1,177 @@
+"""Differential fuzzer of the scan's polars paths: the stats lane and bulk.py against
+one line at a time.
+
+    python bench/lane_fuzz.py --seed 1 --count 5000 [--seconds 900]
+    python bench/lane_fuzz.py --seed 1 --index 873 --keep DIR   # replay one input
+
+bench/fuzz.py's inputs are small logs, where neither polars path runs: bulk.py waits
+for AFTER_LINES candidate lines, the lane (scan/lane.py) for them or a big file. Here
+each input is a dense generated log (bench/generate.py: a quiet server's stats lines,
+SGLang batch lines, request logging, the mixed profile) of 20-150 KB, damaged by up to
+three of fuzz.py's mutators (late ones last, as there), and scanned three ways in
+blocks of 4-64 KiB: one line at a time (polars never paid), bulk.py from the first
+line (the lane off), and the lane tried on every block (bulk.py where it refuses).
+The oracle: all three give the same hits, rollup members, skips, counts and
+line and byte totals. Input i of seed S is built from Random(f"{S}:{i}") alone.
+Found with it (session 13): a damaged `usage: 999...9%` cast and aggregated as 1e41 %
+where the converter refuses it, and rsyslog's `#033[` escape kept in a process name
+that normalise cleans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import fuzz  # noqa: E402
+import generate  # noqa: E402
+
+import preemptdiag.scan.bulk as bulk  # noqa: E402
+import preemptdiag.scan.lane as lane  # noqa: E402
+import preemptdiag.scan.passes as passes  # noqa: E402
+from preemptdiag.ingest.sources import open_source  # noqa: E402
+from preemptdiag.model.errors import DiagError  # noqa: E402
+from preemptdiag.scan.matcher import Matcher, ScanResult  # noqa: E402
+from preemptdiag.scan.passes import scan_fast  # noqa: E402
+from preemptdiag.scan.signatures import load  # noqa: E402
+
+# The quiet server twice: the month-of-stats shape is the lane's main work.
+PROFILES = ("vllm-stats", "vllm-stats", "sglang-dense", "vllm", "vllm-requests")
+SIZES = (20_000, 60_000, 150_000)
+BLOCKS = (4096, 16384, 65536)
+# Mutators that leave most lines as they were (wrappers and other encodings make no
+# block the lane could take: fuzz.py covers them end to end).
+MUTATIONS = tuple(n for n in fuzz.MUTATIONS if n not in ("wrappers", "encodings"))
+
+
+@dataclass(frozen=True)
+class Input:
+    index: int
+    data: bytes
+    block: int
+    profile: str
+    mutations: tuple[str, ...]
+
+
+def make_input(seed: int, index: int) -> Input:
+    rng = random.Random(f"{seed}:{index}")
+    profile = rng.choice(PROFILES)
+    out = io.BytesIO()
+    generate.PROFILES[profile](out, rng.choice(SIZES), rng.randrange(1 << 30))
+    data = out.getvalue()
+    names = [rng.choice(MUTATIONS) for _ in range(rng.choice((0, 1, 1, 2, 3)))]
+    names.sort(key=lambda n: n in fuzz._LATE)
+    for n in names:
+        data = fuzz.MUTATIONS[n](data, rng)
+    if rng.random() < 0.3:
+        data = fuzz.plant(data, rng)
+        names.append("plant")
+    return Input(index, data, rng.choice(BLOCKS), profile, tuple(names))
+
+
+@contextmanager
+def _scan_settings(block: int, after: int, lane_on: bool) -> Iterator[None]:
+    """The scan's module settings for one way of scanning, restored after."""
+    saved = (passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED, lane.Lane.missed)
+    passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED = block, after, lane_on
+    lane.Lane.missed = lambda self, block: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED, lane.Lane.missed = saved  # type: ignore[method-assign]
+
+
+def _key(r: ScanResult) -> tuple[object, ...]:
+    return r.hits, r.members, r.skipped, r.recognised, r.lines_read, r.bytes_read
+
+
+@dataclass
+class Tally:
+    inputs: int = 0
+    lane_blocks: int = 0  # blocks the lane took: what the run held to line by line
+    found: list[str] = field(default_factory=list)
+
+
+def differs(path: Path, block: int, matcher: Matcher, tally: Tally) -> str | None:
+    """Which way of scanning `path` differs from one line at a time; None if none."""
+    results = {}
+    real = lane.try_block
+
+    def counted(*args: Any) -> int | None:
+        got = real(*args)
+        tally.lane_blocks += got is not None
+        return got
+
+    for name, after, lane_on in (("line", 10**9, False), ("bulk", 0, False), ("lane", 0, True)):
+        lane.try_block = counted
+        with _scan_settings(block, after, lane_on):
+            try:
+                results[name] = _key(scan_fast(open_source(str(path)), matcher, rollup=True))
+            except DiagError as e:  # (a mutated file may be no text log at all)
+                results[name] = (str(e),)
+            finally:
+                lane.try_block = real
+    wrong = [n for n in ("bulk", "lane") if results[n] != results["line"]]
+    return ", ".join(wrong) or None
+
+
+def run(
+    seed: int, indices: range, seconds: float = float("inf"), keep: Path | None = None
+) -> Tally:
+    matcher = Matcher(load())
+    tally = Tally()
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in indices:
+            if time.monotonic() - began > seconds:
+                break
+            case = make_input(seed, i)
+            path = (keep or Path(tmp)) / f"lane-{seed}-{i}.log"
+            path.write_bytes(case.data)
+            tally.inputs += 1
+            wrong = differs(path, case.block, matcher, tally)
+            if wrong:
+                tally.found.append(
+                    f"--seed {seed} --index {i}: {wrong} != line by line "
+                    f"({case.profile}, {list(case.mutations)}, blocks of {case.block})"
+                )
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--index", type=int, help="replay this input only")
+    ap.add_argument("--seconds", type=float, default=float("inf"))
+    ap.add_argument("--keep", type=Path, help="write the inputs here")
+    args = ap.parse_args(argv)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    indices = range(args.index, args.index + 1) if args.index is not None else range(args.count)
+    tally = run(args.seed, indices, args.seconds, args.keep)
+    for line in tally.found:
+        print(line, file=sys.stderr)
+    print(
+        f"seed {args.seed}: {tally.inputs} inputs, {tally.lane_blocks} blocks through the "
+        f"lane, {len(tally.found)} differing",
+        file=sys.stderr,
+    )
+    return 1 if tally.found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
