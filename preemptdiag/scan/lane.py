@@ -22,9 +22,10 @@ Exactness: this must give what the line-by-line scan gives. A block qualifies on
 when every line in it is ASCII without control characters, and every candidate line
 (one holding a prefilter literal) holds no request text (no trigger of
 model/request_text.py; no trigger holds a newline, so none runs in from the line, and
-the scanner's decoy test finds none), no Ray repeat mark, no V0 `llm_engine.py:` tag.
-A plain line also matches no other candidate signature (zero tests), has fields its
-converters read and a stamp that is a real time. Such a line opens a record (so no
+the scanner's decoy test finds none), no Ray repeat mark, no V0 `llm_engine.py:` tag,
+no rsyslog `#033[` escape. A plain line also matches no other candidate signature
+(zero tests), has fields its converters read (inside their ranges) and a stamp that
+is a real time. Such a line opens a record (so no
 wrapped record, decoy carry or rejoin touches it) and normalise leaves it as it is
 (vLLM), or takes off exactly the head (SGLang: no pod, no other stamp, no quote
 mark). The other candidate lines (an SGLang retraction among the batch lines, at most
