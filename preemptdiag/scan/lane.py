@@ -24,16 +24,16 @@ when every line in it is ASCII without control characters, and every candidate l
 model/request_text.py; no trigger holds a newline, so none runs in from the line, and
 the scanner's decoy test finds none), no Ray repeat mark, no V0 `llm_engine.py:` tag,
 no rsyslog `#033[` escape. A plain line also matches no other candidate signature
-(zero tests), has fields its converters read (inside their ranges) and a stamp that
-is a real time. Such a line opens a record (so no wrapped record, decoy carry or
-rejoin touches it) and normalise leaves it as it is (vLLM), or takes off exactly the
-head (SGLang: no pod, no other stamp, no quote mark). The other candidate lines (an SGLang retraction among the batch lines, at most
-MAX_ODD a block) are matched as line by line, before anything is recorded; the block
-goes line by line after all when one of them lies in the block's tail, rejoins a
-wrapped record, gives a stats hit (it might join or end a rollup the lane builds
-alone) or a hit stamped with another clock than the sink's there (it would end open
-rollups). Their hits go to the sink in their place. tests/test_lane.py holds the two
-ways to identical hits.
+(zero tests), has fields its converters read (inside their ranges) and a stamp that is
+a real time. Such a line opens a record (so no wrapped record, decoy carry or rejoin
+touches it) and normalise leaves it as it is (vLLM), or takes off exactly the head
+(SGLang: no pod, no other stamp, no quote mark). The other candidate lines (an SGLang
+retraction among the batch lines, at most MAX_ODD a block) are matched as line by
+line, before anything is recorded; the block goes line by line after all when one of
+them lies in the block's tail, rejoins a wrapped record, gives a stats hit (it might
+join or end a rollup the lane builds alone) or a hit stamped with another clock than
+the sink's there (it would end open rollups). Their hits go to the sink in their
+place. tests/test_lane.py holds the two ways to identical hits.
 """
 
 from __future__ import annotations
