@@ -445,3 +445,27 @@ def test_sglang_batch_lines_come_from_the_columns_and_odd_ones_fall_back(
     assert columns == [n for n in range(1, 108) if n - 1 not in set(odd) - {40}]
     assert res.skipped["unreadable value: sglang.stats.decode"] == 1
     assert [h.proc for h in res.hits if h.line == 41] == ["DP1 TP1"]
+
+
+_DIGITS = st.one_of(
+    st.from_regex(r"[0-9]{1,20}(\.[0-9]{1,20})?", fullmatch=True),
+    st.sampled_from(["1000", "1000.0", "1000.0000000000001", "1000.00000000000001",
+                     "999999999999999", "1000000000000000", "999999999999999.9", "9" * 400,
+                     "1e5", "-3", "", "12%", "9" * 18, "9" * 19]),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_DIGITS, min_size=1, max_size=8), st.sampled_from(sorted(bulk._CAST_SHAPES)))
+def test_a_cast_column_takes_what_its_converter_takes_and_gives_the_same(
+    values: list[str], typ: str
+) -> None:
+    import polars as pl
+
+    from preemptdiag.scan.signatures import CONVERTERS
+
+    fits, cast = bulk.cast_column(pl.Series(values, dtype=pl.Utf8), typ)
+    for v, ok, got in zip(values, fits.to_list(), cast.to_list(), strict=True):
+        if ok:
+            # taken as cast only where the converter gives that very value
+            assert CONVERTERS[typ](v) == got

@@ -50,9 +50,9 @@ from preemptdiag.scan.matcher import (
 from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
 from preemptdiag.scan.rust_regex import ascii_only, rust_ok, usable, zero_test
 from preemptdiag.scan.signatures import (
-    _FLOAT_LIMIT,
-    _PERCENT_LIMIT,
     CONVERTERS,
+    FLOAT_LIMIT,
+    PERCENT_LIMIT,
     PLAIN_MATCH,
     PLAIN_PRE,
     Signature,
@@ -102,9 +102,9 @@ def cast_column(col: Any, typ: str) -> tuple[Any, Any]:
     typed = col.cast(pl.Float64 if typ in ("float", "percent") else pl.Int64, strict=False)
     fits = col.str.contains(_CAST_SHAPES[typ])
     if typ == "float":
-        fits = fits & (typed < _FLOAT_LIMIT)
+        fits = fits & (typed < FLOAT_LIMIT)
     elif typ == "percent":
-        fits = fits & (typed <= _PERCENT_LIMIT)
+        fits = fits & (typed <= PERCENT_LIMIT)
     return col.is_null() | fits, typed
 
 

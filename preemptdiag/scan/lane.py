@@ -836,7 +836,9 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
     if last_row == a.peak_row or last_row in a.preempting:
         last = hit(last_row)
     else:
-        last = _hit(source, r, last_row, _last_fields(r, last_row), "")
+        fields = _fields(r, last_row)
+        kept = {k: fields[k] for k in LAST_FIELDS if k in fields}
+        last = _hit(source, r, last_row, kept, "")
     stats = RollupStats(
         n=a.n,
         preemptions=a.preemptions,
@@ -852,15 +854,3 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
     sink.hits.append(_hit(source, r, carrier_row, rollup=rollup))
     kept_rows = {last_row, a.peak_row, *a.preempting} - {carrier_row}
     sink.members += len(kept_rows)
-
-
-def _last_fields(r: _Rows, i: int) -> dict[str, FieldValue]:
-    """_fields(r, i) of LAST_FIELDS only (Builder._kept_last's slimming), in that order."""
-    out: dict[str, FieldValue] = {}
-    for k in LAST_FIELDS:
-        col = r.typed.get(k)
-        if col is not None:
-            out[k] = col[i]
-        elif k in r.sig.constants:
-            out[k] = r.sig.constants[k]
-    return out

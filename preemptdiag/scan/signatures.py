@@ -82,20 +82,20 @@ def _to_size(s: str) -> int:
 # inf) are damage too; so is a share past ten times the whole (KV usage, pressure).
 # Sums of such values lose their low digits, so windows would depend on the order
 # lines are added in (rollups, --jobs).
-_FLOAT_LIMIT = 1e15
-_PERCENT_LIMIT = 1000.0
+FLOAT_LIMIT = 1e15
+PERCENT_LIMIT = 1000.0
 
 
 def _to_float(s: str) -> float:
     v = float(s.replace(",", ""))
-    if not abs(v) < _FLOAT_LIMIT:  # also NaN
+    if not abs(v) < FLOAT_LIMIT:  # also NaN
         raise ValueError(f"number out of range: {s[:40]!r}")
     return v
 
 
 def _to_percent(s: str) -> float:
     v = float(s.rstrip("%"))
-    if not abs(v) <= _PERCENT_LIMIT:
+    if not abs(v) <= PERCENT_LIMIT:
         raise ValueError(f"percentage out of range: {s[:40]!r}")
     return v
 
