@@ -502,7 +502,7 @@ def test_ctrl_c_with_jobs_stops_at_once_with_one_line(tmp_path: Path) -> None:
 
     log = tmp_path / "dense.log"
     with log.open("wb") as f:
-        bench_module("generate").generate_dense(f, 16 << 20, seed=1)
+        bench_module("generate").generate_dense(f, 48 << 20, seed=1)
     code = (
         "import sys; import preemptdiag.scan.parallel as p; p.PARALLEL_MIN_BYTES = 1; "
         "from preemptdiag.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from preemptdiag.model.evolve import positional
+from preemptdiag.model.fastinit import fast_init
 
 FieldValue = int | float | str | None
 T = TypeVar("T")
@@ -340,3 +341,7 @@ def _by_constructor(cls: type) -> None:
 
 for _cls in (RollupStats, Rollup, WrapperStamp, Hit):
     _by_constructor(_cls)
+
+# The classes a month of stats lines makes one (or several) of a minute (fastinit.py).
+for _fast in (RollupStats, Rollup, WrapperStamp, Hit, Event, Window):
+    fast_init(_fast)
