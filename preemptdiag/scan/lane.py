@@ -73,8 +73,10 @@ from preemptdiag.scan.signatures import PLAIN_MATCH, PLAIN_PRE, Signature
 if TYPE_CHECKING:
     import polars as pl
 
-# A block qualifies only with no byte outside printable ASCII but its newlines.
-_UNPLAIN = re.compile(rb"[^\x20-\x7e\n]")
+# A block qualifies only with no byte outside printable ASCII but its newlines: what
+# is left when those are deleted must be empty (translate: ~0.6 ms a MiB, a regex
+# search for the others ~6 ms).
+_PLAIN_BYTES = bytes(range(0x20, 0x7F)) + b"\n"
 # Candidate lines that go the line-by-line way whatever they hold (`#033[`: rsyslog's
 # escaped ESC, which lines.normalise takes out of the text and the process name).
 _STOP = ("[repeated", " llm_engine.py:", "#033[", *request_text.TRIGGERS)
@@ -140,7 +142,7 @@ def try_block(
     sink = result.sink
     assert sink is not None
     body = bytes(block[:size])
-    if _UNPLAIN.search(body):
+    if body.translate(None, _PLAIN_BYTES):
         return None
     text = body.decode("ascii")
     newlines = text.count("\n")
