@@ -268,3 +268,20 @@ def test_progress_bar_only_for_long_inputs_on_a_terminal(monkeypatch: pytest.Mon
     advance = factory(64 << 20)
     assert callable(advance)
     advance(64 << 20)  # completes and stops the bar without raising
+
+
+def test_the_console_script_flushes_everything_before_its_fast_exit(tmp_path: Path) -> None:
+    # run() ends with os._exit (no freeing of the report object by object): the
+    # report must be out whole before it, and the verdict's exit code kept.
+    log = SAMPLES / "sglang_thrash.log"
+    r = subprocess.run(
+        [sys.executable, "-m", "preemptdiag", "analyze", str(log), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 1
+    assert r.stderr == ""
+    report = json.loads(r.stdout)
+    assert report["verdict"]["class"] == "thrash_loop"
+    assert len(r.stdout) > 8192  # more than one buffer's worth
