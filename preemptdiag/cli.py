@@ -8,6 +8,7 @@ so `--help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -583,6 +584,13 @@ def _bug_block(exc: BaseException) -> str:
 _KEPT: list[object] = []
 
 
+def _say(text: str) -> None:
+    """Write to stderr, unless the shell closed it too (`2>&-`): the exit code is then
+    all that is left to say."""
+    if sys.stderr is not None:
+        sys.stderr.write(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     # The exceptions of the click typer runs on (its own copy since typer 0.28).
     usage = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -594,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         code = app(args=args, prog_name="preemptdiag", standalone_mode=False)
         code = code if isinstance(code, int) else 0
         if code == 130:  # typer's answer to Ctrl-C; no command exits 130 itself
-            sys.stderr.write(INTERRUPTED)
+            _say(INTERRUPTED)
         return code
     except SystemExit as exc:  # typer/click end some runs with one, carrying the code
         code = exc.code
@@ -605,21 +613,21 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "preemptdiag"
         msg = _said(exc.format_message())
-        sys.stderr.write(f"preemptdiag: error: {msg} (see {where} --help)\n")
+        _say(f"preemptdiag: error: {msg} (see {where} --help)\n")
         return int(exc.exit_code)
     except click.ClickException as exc:
-        sys.stderr.write(f"preemptdiag: error: {_said(exc.format_message())}\n")
+        _say(f"preemptdiag: error: {_said(exc.format_message())}\n")
         return int(exc.exit_code)
     except DiagError as exc:
-        sys.stderr.write(f"preemptdiag: error: {_said(exc.message)}\n")
+        _say(f"preemptdiag: error: {_said(exc.message)}\n")
         return exc.exit_code
     except (KeyboardInterrupt, typer.Abort):
-        sys.stderr.write(INTERRUPTED)
+        _say(INTERRUPTED)
         return 130
     except BrokenPipeError:
         return 0
     except Exception as exc:  # the one place that turns bugs into exit 3
-        sys.stderr.write(_bug_block(exc) + "\n")
+        _say(_bug_block(exc) + "\n")
         return 3
 
 
@@ -627,9 +635,11 @@ def run() -> None:
     """The console script: main, then an exit that leaves the memory to the OS (the
     report is written and flushed by then; nothing of ours registers exit hooks)."""
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:
-        pass  # a reader that stopped early (`| head`): what it read is all it wanted
+    for stream in (sys.stdout, sys.stderr):
+        # None when the shell closed the descriptor (`>&-`): main has said so already
+        if stream is None:
+            continue
+        # a reader that stopped early (`| head`), or a stream already closed
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     os._exit(code)

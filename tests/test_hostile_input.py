@@ -213,6 +213,28 @@ def test_stdout_closed_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_stdout_and_stderr_closed_leave_the_exit_code_to_speak(tmp_path: Path) -> None:
+    # Nowhere to say the error either: the code is still the stdout-closed 2, not a
+    # crash in the error handler (1), and a report sent to -o is still the verdict.
+    log = tmp_path / "a.log"
+    log.write_text(V1_STATS.format(s="00") + "\n")
+    out = tmp_path / "r.md"
+    py = f'"{sys.executable}" -m preemptdiag analyze'
+    thrash = ROOT / "samples" / "v0_thrash_loop.log"
+    for cmd, code in (
+        (f'{py} "{log}" >&- 2>&-', 2),
+        (f'{py} "{thrash}" -o "{out}" --format markdown >&- 2>&-', 1),
+    ):
+        p = subprocess.run(
+            ["sh", "-c", cmd],
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            timeout=60,
+        )
+        assert (p.returncode, p.stdout, p.stderr) == (code, b"", b""), cmd
+    assert out.read_text().startswith("### preemptdiag: thrash_loop (high)\n")
+
+
 def test_a_configured_concurrency_threshold_never_raises_the_context_length() -> None:
     from builders import make_window
 

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def progress_factory(enabled: bool) -> Any:
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or sys.stderr is None or not sys.stderr.isatty():
         return None
     from rich.progress import BarColumn, Progress, TransferSpeedColumn
 
