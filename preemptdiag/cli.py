@@ -8,7 +8,7 @@ so `--help` stays fast.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -626,9 +626,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE:
+            _say(_bug_block(exc) + "\n")
+            return 3
+        # click's help and version text, written before any report (_emit says its own)
+        _say(f"preemptdiag: error: {_cannot_write(exc)}\n")
+        return 2
     except Exception as exc:  # the one place that turns bugs into exit 3
         _say(_bug_block(exc) + "\n")
         return 3
+
+
+# What only writing gives (reading an input is said where it is opened): a full disk
+# or quota under `> file`, a file past the size limit.
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _cannot_write(exc: OSError) -> str:
+    return f"cannot write the output: {exc.strerror}"
 
 
 def run() -> None:
@@ -639,7 +655,14 @@ def run() -> None:
         # None when the shell closed the descriptor (`>&-`): main has said so already
         if stream is None:
             continue
-        # a reader that stopped early (`| head`), or a stream already closed
-        with contextlib.suppress(OSError, ValueError):
+        try:
             stream.flush()
+        except OSError as exc:
+            # Text still buffered did not get out: not a verdict to exit with. (A
+            # reader that stopped early, `| head`, is not an error; nor is stderr.)
+            if stream is sys.stdout and exc.errno in _CANNOT_WRITE:
+                _say(f"preemptdiag: error: {_cannot_write(exc)}\n")
+                code = 2
+        except ValueError:  # a stream already closed
+            pass
     os._exit(code)

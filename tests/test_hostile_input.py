@@ -197,6 +197,45 @@ def test_stdout_full_or_closed_is_one_line(tmp_path: Path) -> None:
     assert p.returncode == 0
 
 
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["analyze", "--help"]])
+def test_help_to_a_full_disk_is_one_line(args: list[str]) -> None:
+    # click writes help and version text itself; a full disk there was an internal
+    # error block (exit 3) before.
+    with open("/dev/full", "w") as full:
+        p = _cli(args, stdout=full)
+    assert (p.returncode, p.stderr) == (
+        2,
+        "preemptdiag: error: cannot write the output: No space left on device\n",
+    )
+
+
+def test_text_left_in_the_buffer_at_exit_is_not_lost_silently() -> None:
+    # The console script's last flush (run): what a command left buffered and could
+    # not write makes the exit an error, not the command's own code.
+    script = (
+        "import sys\n"
+        "from preemptdiag import cli\n"
+        "cli.main = lambda: sys.stdout.write('verdict\\n') and 0\n"
+        "cli.run()\n"
+    )
+    # Buffered, as a redirected stdout is by default (the write itself would fail)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(ROOT)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env, text=True, stdout=full, stderr=subprocess.PIPE, timeout=60,
+        )  # fmt: skip
+    assert (p.returncode, p.stderr) == (
+        2,
+        "preemptdiag: error: cannot write the output: No space left on device\n",
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (p.returncode, p.stdout, p.stderr) == (0, "verdict\n", "")
+
+
 def test_stdout_closed_is_one_line(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text(V1_STATS.format(s="00") + "\n")
