@@ -241,12 +241,16 @@ def test_a_rollup_open_at_a_block_end_carries_on_into_the_next(
         )
 
 
+@pytest.mark.parametrize("log", ["generated", "real_engine_replayed"])
 def test_report_through_the_lane_is_byte_identical(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    log: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "stats.log"
-    with path.open("wb") as f:
-        _bench_generator().PROFILES["vllm-stats"](f, 900_000, 5)
+    if log == "generated":
+        with path.open("wb") as f:
+            _bench_generator().PROFILES["vllm-stats"](f, 900_000, 5)
+    else:
+        _replayed_engine_log(path, 3000)
     outs = []
     monkeypatch.setattr(bulk, "AFTER_LINES", 0)
     monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
@@ -578,6 +582,54 @@ def test_a_small_dense_file_tries_the_lane_only_after_many_lines(
     monkeypatch.setattr(bulk, "AFTER_LINES", 4000)  # under a block of lines
     scan_fast(open_source(str(path)), MATCHER, rollup=True)
     assert taken == [True, True]  # the blocks after the first
+
+
+ENGINE = Path(__file__).resolve().parent / "fixtures" / "engine" / "vllm-0.32.0"
+# The engine head of a stats line: the lane reads it as polars columns, so a new stamp
+# goes in its place and nothing else of the recorded line changes.
+_ENGINE_STAMP = regex.compile(r"^(\(APIServer pid=\d+\) INFO )\d\d-\d\d \d\d:\d\d:\d\d ")
+
+
+def _replayed_engine_log(path: Path, lines: int) -> None:
+    """A quiet server's hours in vLLM 0.32.0's own lines: the recorded healthy run's
+    start-up, then every stats line the recorded runs printed, cycled one each 10 s
+    and re-stamped, with the access lines the healthy run printed among them."""
+    head = (ENGINE / "healthy" / "server.log").read_text(encoding="utf-8").split("\n")
+    first = next(i for i, line in enumerate(head) if "loggers.py" in line)
+    access = [line for line in head if "HTTP/1.1" in line]
+    stats = [
+        line
+        for run in sorted(ENGINE.glob("*/server.log"))
+        for line in run.read_text(encoding="utf-8").split("\n")
+        if _ENGINE_STAMP.match(line) and "Engine 000:" in line
+    ]
+    assert len(stats) > 100 and access  # the recordings are there
+    t = datetime(2026, 12, 31, 20, 0, 0)  # the year turns in the middle
+    out = head[:first]
+    for i in range(lines):
+        out.append(_ENGINE_STAMP.sub(rf"\g<1>{t:%m-%d %H:%M:%S} ", stats[i % len(stats)]))
+        if i % 6 == 5:
+            out.append(access[i % len(access)])
+        t += timedelta(seconds=10)
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 16])
+def test_the_real_engines_stats_lines_through_the_lane_match_line_by_line(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The speed of a long log rests on the lane taking what a real engine prints
+    # (`CPU KV cache usage`, `Engine 000:`, its access lines), not only our generator's
+    # lines: nearly every block goes its way, and the result is line by line's.
+    path = tmp_path / "replayed.log"
+    _replayed_engine_log(path, 3000)
+    on, taken = _assert_lane_exact(path, monkeypatch, block)
+    assert sum(taken) >= len(taken) - 2 and len(taken) > 8
+    assert on.recognised["stats"] == 3000
+    # rolled up by the minute: six lines to each of 500 minutes
+    stats = [h for h in on.hits if h.sig == "vllm.v1.stats"]
+    assert len(stats) == 500
+    assert sum(h.rollup.stats.n if h.rollup else 1 for h in stats) == 3000
 
 
 LANE_FUZZ_SEED, LANE_FUZZ_INPUTS = 13, 30
