@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from preemptdiag.scan.lane import _lane_pattern  # noqa: E402
 from preemptdiag.scan.signatures import load  # noqa: E402
+from preemptdiag.timeline.windows import snapped_mean  # noqa: E402
 
 # vLLM's record head, as lines.py reads it: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [f:l] `
 _HEAD = r"^\((?P<proc>[A-Za-z_][\w-]*) pid=\d+\) (?:INFO|DEBUG|WARNING) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[[^\]]+\] "
@@ -60,13 +61,6 @@ _FIELDS = (
 
 
 _BLOCK = 1 << 20
-
-
-def _ratio(num: str, den: str) -> pl.Expr:
-    # windows.py's mean: the sum snapped to 6 decimals (so partial sums added in any
-    # order give it), one division, 6 decimals
-    mean = pl.col(num).sum().round(6) / pl.col(den).sum()
-    return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
 
 
 def _block_windows(block: bytes, row0: int, year: int, seconds: int, pattern: str) -> pl.DataFrame:
@@ -148,15 +142,15 @@ def _windows(path: Path, year: int, seconds: int) -> tuple[pl.DataFrame, dict[st
         .agg(
             n_stats=pl.col("n").sum(),
             kv_max=pl.col("kv_max").max(),
-            kv_mean=_ratio("kv_sum", "kv_n"),
+            kv_mean=snapped_mean("kv_sum", "kv_n"),
             kv_peak_running=pl.col("peak_running").filter(at_peak).min(),
             running_max=pl.col("running_max").max(),
-            running_mean=_ratio("running_sum", "running_n"),
+            running_mean=snapped_mean("running_sum", "running_n"),
             waiting_first=pl.col("waiting_first").sort_by("first_row").first(),
             waiting_last=pl.col("waiting_last").sort_by("last_row").last(),
             waiting_max=pl.col("waiting_max").max(),
-            prompt_tput=_ratio("prompt_sum", "prompt_n"),
-            gen_tput=_ratio("gen_sum", "gen_n"),
+            prompt_tput=snapped_mean("prompt_sum", "prompt_n"),
+            gen_tput=snapped_mean("gen_sum", "gen_n"),
         )
         .sort("wstart")
     )

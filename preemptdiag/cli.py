@@ -626,14 +626,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as exc:
-        if exc.errno not in _CANNOT_WRITE:
-            _say(_bug_block(exc) + "\n")
-            return 3
-        # click's help and version text, written before any report (_emit says its own)
-        _say(f"preemptdiag: error: {_cannot_write(exc)}\n")
-        return 2
     except Exception as exc:  # the one place that turns bugs into exit 3
+        if _cannot_write(exc):
+            # click's help and version text, written before any report (_emit says its own)
+            return 2
         _say(_bug_block(exc) + "\n")
         return 3
 
@@ -643,8 +639,12 @@ def main(argv: list[str] | None = None) -> int:
 _CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-def _cannot_write(exc: OSError) -> str:
-    return f"cannot write the output: {exc.strerror}"
+def _cannot_write(exc: BaseException) -> bool:
+    """Whether exc is output that could not be written; if so, it is said."""
+    if not isinstance(exc, OSError) or exc.errno not in _CANNOT_WRITE:
+        return False
+    _say(f"preemptdiag: error: cannot write the output: {exc.strerror}\n")
+    return True
 
 
 def run() -> None:
@@ -660,8 +660,7 @@ def run() -> None:
         except OSError as exc:
             # Text still buffered did not get out: not a verdict to exit with. (A
             # reader that stopped early, `| head`, is not an error; nor is stderr.)
-            if stream is sys.stdout and exc.errno in _CANNOT_WRITE:
-                _say(f"preemptdiag: error: {_cannot_write(exc)}\n")
+            if stream is sys.stdout and _cannot_write(exc):
                 code = 2
         except ValueError:  # a stream already closed
             pass

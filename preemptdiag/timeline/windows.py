@@ -194,6 +194,19 @@ def _stats_cells(e: Event) -> tuple[Any, ...]:
     )
 
 
+def snapped_mean(num: str, den: str) -> pl.Expr:
+    """A window's mean of column `num` over the counts in `den`, the same whatever
+    order its partial sums come in. Partial sums (rollups, --jobs ranges cutting one)
+    and line-by-line sums differ in the last bits. The sum is snapped to 6 decimals
+    first (every value an engine prints has at most 2, so the exact sum has too, and
+    float error is far below 5e-7): the mean is then one division of one number
+    whatever the order, and rounding it to 6 decimals cannot fall either side of a tie."""
+    import polars as pl
+
+    mean = pl.col(num).sum().round(6) / pl.col(den).sum()
+    return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
+
+
 def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> list[Window]:
     if not events:
         return []
@@ -204,15 +217,6 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
     schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
     df = pl.DataFrame(_columns(events, seconds), schema=schema)
     kind = pl.col("kind")
-
-    def ratio(num: str, den: str) -> pl.Expr:
-        # Partial sums (rollups, --jobs ranges cutting one) and line-by-line sums differ
-        # in the last bits. The sum is snapped to 6 decimals first (every value an
-        # engine prints has at most 2, so the exact sum has too, and float error is far
-        # below 5e-7): the mean is then one division of one number whatever the order,
-        # and rounding it to 6 decimals cannot fall either side of a tie.
-        mean = pl.col(num).sum().round(6) / pl.col(den).sum()
-        return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
 
     def last_by(col: str, *keys: str) -> pl.Expr:
         # The value of the last line in log order: rows are in the order of their
@@ -228,18 +232,18 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
             lower=pl.col("lower").any(),
             max_cum=pl.col("cumulative").max(),
             kv_max=pl.col("kv_max").max(),
-            kv_mean=ratio("kv_sum", "kv_n"),
+            kv_mean=snapped_mean("kv_sum", "kv_n"),
             running_max=pl.col("running_max").max(),
-            running_mean=ratio("running_sum", "running_n"),
+            running_mean=snapped_mean("running_sum", "running_n"),
             waiting_first=pl.col("waiting_first").drop_nulls().first(),
             waiting_last=last_by("waiting_last", *_LAST_ORDER),
             waiting_max=pl.col("waiting_max").max(),
-            waiting_share=ratio("waiting_pos", "waiting_n"),
+            waiting_share=snapped_mean("waiting_pos", "waiting_n"),
             swapped_first=pl.col("swapped_first").drop_nulls().first(),
             swapped_last=last_by("swapped_last", *_LAST_ORDER),
             swapped_max=pl.col("swapped_max").max(),
-            prompt=ratio("prompt_sum", "prompt_n"),
-            gen=ratio("gen_sum", "gen_n"),
+            prompt=snapped_mean("prompt_sum", "prompt_n"),
+            gen=snapped_mean("gen_sum", "gen_n"),
             # The fewest running on a line at the window's highest KV usage: KV ties
             # are common at 99 %, and the fewest running is the largest footprint
             # per request (what sizes --max-num-seqs), not an accident of order.
