@@ -72,32 +72,30 @@ def how_dated(r: ScanResult, time: TimeContext, src: Source) -> str:
     return "no timestamps"
 
 
-def alignment_notes(
-    results: Sequence[ScanResult], logs: Sequence[Source], time: TimeContext
-) -> list[str]:
+def alignment_notes(dated: Sequence[tuple[str, str | None]], time: TimeContext) -> list[str]:
     """Say how each input was placed in time, so a cross-file order is never
-    presented as more certain than it is."""
+    presented as more certain than it is. `dated`: each log's name and how_dated
+    (None: no hits)."""
     out: list[str] = []
     guessed: list[str] = []
-    for r, src in zip(results, logs, strict=True):
-        if not r.hits:
+    for name, how in dated:
+        if how is None:
             continue
-        how = how_dated(r, time, src)
         if how == "dated wrapper stamps" or how == "dmesg uptime + --boot-time":
             continue
         if how.startswith(("--year", "the file", "the time stdin")):
-            guessed.append(f"{src.name} (year/date from {how})")
+            guessed.append(f"{name} (year/date from {how})")
         elif how.startswith("dmesg uptime"):
             out.append(
-                f"{src.name}: dmesg uptime stamps need --boot-time (or a journald line "
+                f"{name}: dmesg uptime stamps need --boot-time (or a journald line "
                 "with both stamps); placed by file order only"
             )
         else:
             out.append(
-                f"{src.name}: no timestamps; its events are dated from the lines around "
+                f"{name}: no timestamps; its events are dated from the lines around "
                 "them or kept in one undated window"
             )
-    if guessed and len([r for r in results if r.hits]) > 1:
+    if guessed and len([how for _, how in dated if how is not None]) > 1:
         zone = str(time.tz)
         # Name only the options not given: "use --year/--tz" after --year read as
         # advice to do what was done. (--tz's default is UTC itself.)

@@ -288,8 +288,19 @@ class Builder:
         if self.last is self.peak_first or any(self.last is p for p in self.preempting):
             return real(self.last)
         last = real(self.last)
-        kept = {k: last.fields[k] for k in LAST_FIELDS if k in last.fields}
-        return _with(last, kept, "", None)
+        return _with(last, last_fields(last.fields), "", None)
+
+
+def last_fields(fields: Mapping[str, FieldValue]) -> Mapping[str, FieldValue]:
+    """The fields a rollup keeps of its last line (LAST_FIELDS), one shared mapping
+    for equal values: a healthy server's last lines are nearly all `Waiting: 0`, and a
+    dict a minute was ~5 % of what a month of rollups holds."""
+    return _last_fields(tuple([(k, fields[k]) for k in LAST_FIELDS if k in fields]))
+
+
+@lru_cache(maxsize=4096)
+def _last_fields(items: tuple[tuple[str, FieldValue], ...]) -> Mapping[str, FieldValue]:
+    return dict(items)
 
 
 def _with(h: Hit, fields: Mapping[str, FieldValue], text: str, rollup: Rollup[Hit] | None) -> Hit:
