@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -83,20 +83,21 @@ def _micros(ts: datetime | None) -> int | None:
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
-def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
-    """The events table, column by column: a list per column costs 8 bytes a cell,
-    where a dict per row would cost ~1 KB a row (measured: 30 MB on a 4 GiB log).
+def _table(events: Sequence[Event], seconds: int) -> pl.DataFrame:
+    """The events table. A row is one event or one rollup of stats lines (rollup.py).
+    It carries sums, counts and maxima, its first and last values, and the order keys
+    of its last line, so the aggregation in build_windows gives what it gives line by
+    line. Rows are made as tuples and turned into a polars frame a chunk at a time:
+    the whole table as Python columns (8 bytes a cell and an object a value) was
+    ~35 MiB of a month of stats lines' peak, left in the allocator's arenas after."""
+    import polars as pl
 
-    A row is one event or one rollup of stats lines (rollup.py). It carries sums,
-    counts and maxima, its first and last values, and the order keys of its last
-    line, so the aggregation in build_windows gives what it gives line by line.
-    Rows are made as tuples and turned into columns a chunk at a time (a month of
-    stats lines: a dict of cells and a call per cell were most of build_windows)."""
-    cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
+    frames: list[pl.DataFrame] = []
     rows: list[tuple[Any, ...]] = []
     for i, e in enumerate(events):
         if len(rows) == _CHUNK:
-            _extend(cols, rows)
+            frames.append(_frame(rows, schema))
         is_stats = e.kind is Kind.STATS
         r = e.rollup
         last = r.last if r else e
@@ -127,19 +128,22 @@ def _columns(events: Sequence[Event], seconds: int) -> dict[str, list[Any]]:
                 *peak,
             )
         )
-    _extend(cols, rows)
-    return cols
+    frames.append(_frame(rows, schema))
+    return frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
 
 
 _CHUNK = 4096  # rows held as tuples at a time: their memory, not the table's, is the cost
 
 
-def _extend(cols: dict[str, list[Any]], rows: list[tuple[Any, ...]]) -> None:
-    """Append `rows` to the columns, column by column, and empty it."""
+def _frame(rows: list[tuple[Any, ...]], schema: dict[str, Any]) -> pl.DataFrame:
+    """`rows` as a frame of the events table, column by column; empties `rows`."""
+    import polars as pl
+
+    cols: dict[str, Sequence[Any]] = {n: () for n in _COLUMNS}
     if rows:
-        for col, values in zip(cols.values(), zip(*rows, strict=True), strict=True):
-            col.extend(values)
+        cols = dict(zip(_COLUMNS, zip(*rows, strict=True), strict=True))
     rows.clear()
+    return pl.DataFrame(cols, schema=schema)
 
 
 _KV, _RUNNING, _WAITING, _SWAPPED, _PROMPT, _GEN = (
@@ -214,8 +218,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
     # in the background (preload_polars) while the scan runs.
     import polars as pl
 
-    schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
-    df = pl.DataFrame(_columns(events, seconds), schema=schema)
+    df = _table(events, seconds)
     kind = pl.col("kind")
 
     def last_by(col: str, *keys: str) -> pl.Expr:
@@ -258,13 +261,18 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         )
         .sort(["replica", "wstart"], nulls_last=True)
     )
-    # The aggregates as Python lists, one per column, read row by row below (a dict
-    # per row from iter_rows(named=True) cost a third of this function).
-    cols = agg.to_dict(as_series=False)
-    spread, spread_over = _spread_counter_deltas(events, cols, seconds, thr)
+    spread, spread_over = _spread_counter_deltas(events, agg, seconds, thr)
     windows: list[Window] = []
-    names = list(cols)
-    for values in zip(*cols.values(), strict=True):
+    names = agg.columns
+    # The aggregates as Python lists, one per column, read row by row below (a dict
+    # per row from iter_rows(named=True) cost a third of this function), a chunk of
+    # windows at a time (a month's windows as Python columns: ~10 MiB at once).
+    rows = (
+        values
+        for k in range(0, agg.height, _CHUNK)
+        for values in zip(*agg.slice(k, _CHUNK).to_dict(as_series=False).values(), strict=True)
+    )
+    for values in rows:
         r = dict(zip(names, values, strict=True))
         key = (r["replica"], r["wstart"])
         evs = [events[i] for i in r["idxs"]]
@@ -305,7 +313,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
 
 
 def _spread_counter_deltas(
-    events: Sequence[Event], agg: Mapping[str, list[Any]], seconds: int, thr: Thresholds
+    events: Sequence[Event], windows: pl.DataFrame, seconds: int, thr: Thresholds
 ) -> tuple[dict[tuple[str, int | None], float], dict[tuple[str, int | None], int]]:
     """Spread a V0 counter delta over the windows between two warnings.
 
@@ -316,6 +324,14 @@ def _spread_counter_deltas(
     window that received a share, over how many windows its delta was spread (the
     count there is an estimate, not a measurement).
     """
+    warnings = [
+        e
+        for e in events
+        if e.kind is Kind.PREEMPTION and isinstance(e.fields.get("cumulative"), int) and e.ts
+    ]
+    if len(warnings) < 2:
+        return {}, {}  # (no delta between two warnings: each window keeps its own count)
+    agg = windows.select("replica", "wstart", "preemptions", "kv_max").to_dict(as_series=False)
     keys = list(zip(agg["replica"], agg["wstart"], strict=True))
     totals: dict[tuple[str, int | None], float] = dict(zip(keys, agg["preemptions"], strict=True))
     kv_by_window = dict(zip(keys, agg["kv_max"], strict=True))
@@ -327,11 +343,8 @@ def _spread_counter_deltas(
     for starts in by_replica.values():
         starts.sort()  # bisected below: each warning looks only at its own span
     spread_over: dict[tuple[str, int | None], int] = {}
-    for e in events:
-        if e.kind is not Kind.PREEMPTION or not isinstance(e.fields.get("cumulative"), int):
-            continue
-        if e.ts is None:
-            continue
+    for e in warnings:
+        assert e.ts is not None
         prev = last_seen.get(e.replica)
         last_seen[e.replica] = e.ts
         if prev is None or e.preemptions <= 1:
