@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -268,6 +269,35 @@ def test_progress_bar_only_for_long_inputs_on_a_terminal(monkeypatch: pytest.Mon
     advance = factory(64 << 20)
     assert callable(advance)
     advance(64 << 20)  # completes and stops the bar without raising
+
+
+_SHOW_ALLOCATOR = (
+    "import os, sys\n"
+    "from preemptdiag import cli\n"
+    "assert 'polars' not in sys.modules, 'polars imported before run() can set its allocator'\n"
+    "cli.main = lambda: print(os.environ.get('_RJEM_MALLOC_CONF')) or 0\n"
+    "cli.run()\n"
+)
+
+
+def test_the_console_script_has_polars_return_freed_memory_soon() -> None:
+    # polars reads its allocator's settings when it first allocates, so run() sets
+    # them before anything imports polars; the default decay (10 s) kept a month of
+    # block buffers mapped till the end of the run.
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    r = subprocess.run(
+        [sys.executable, "-c", _SHOW_ALLOCATOR], capture_output=True, text=True, env=env
+    )
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == "dirty_decay_ms:50,muzzy_decay_ms:0\n"
+
+
+def test_the_console_script_keeps_a_polars_allocator_setting_the_user_made() -> None:
+    env = {**os.environ, "_RJEM_MALLOC_CONF": "narenas:1"}
+    r = subprocess.run(
+        [sys.executable, "-c", _SHOW_ALLOCATOR], capture_output=True, text=True, env=env
+    )
+    assert (r.returncode, r.stdout) == (0, "narenas:1\n")
 
 
 def test_the_console_script_flushes_everything_before_its_fast_exit(tmp_path: Path) -> None:
