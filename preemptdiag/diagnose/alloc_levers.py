@@ -88,10 +88,14 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         return _kv_space(f, facts, engine)
     if st == "mem_util_above_free":
         return _util_to_free(f, facts, engine)
+    cur_util = facts.knob_float("gpu_memory_utilization")
+    if st == "no_cache_memory":
+        measured = _extensible(f, cur_util, facts, engine)
+        if measured is not None:
+            return measured
     startup = st in ("no_cache_memory", "zero_blocks", "kv_alloc_shortfall") or any(
         e.fields.get("phase") == "startup" for e in allocs
     )
-    cur_util = facts.knob_float("gpu_memory_utilization")
     if startup:
         base = cur_util if cur_util is not None else 0.9
         new = min(round(base + 0.05, 2), 0.95)
@@ -142,6 +146,73 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
         rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
+        engine=engine,
+    )
+
+
+# vLLM 0.34's default max_num_seqs (engine/arg_utils.py): 256, 1024 on a GPU of 70 GiB
+# or more (A100 and GB10 aside).
+_DEFAULT_MAX_NUM_SEQS = (256, 1024)
+
+
+def _extensible(
+    f: Mapping[str, FieldValue], cur_util: float | None, facts: Facts, engine: str
+) -> Lever | None:
+    """The start-up failure of vLLM 0.34's extensible KV cache (on by default on
+    CUDA/ROCm), by the hint the error carries; None for any other. That cache is sized
+    from the memory measured after warmup, and gpu_memory_utilization defaults to 1.0
+    and only caps it: the old step (+0.05 from an assumed 0.90) would shrink it.
+    Capped below 1.0: the cap goes (the mode's default). Given all memory left (or a
+    warmup that left none at 1.0): fewer sequences, the activation peak and CUDA
+    graphs that warmup measured grow with max_num_seqs; a fraction cannot add more."""
+    cap = f.get("utilization_cap")
+    if f.get("after_warmup") and cap is None and cur_util is not None and cur_util < 1.0:
+        cap = cur_util  # (that hint names no fraction: the log's own is the cap)
+    if isinstance(cap, float) and cap < 1.0:
+        return Lever(
+            knob="--gpu-memory-utilization",
+            current=f"{cap:g}",
+            proposed="1.0",
+            arithmetic=(
+                f"the error says the KV cache got what was left within "
+                f"gpu_memory_utilization={cap:g}: {1 - cap:.2f} of the device's memory "
+                "was held out of it",
+                "vLLM 0.34's extensible KV cache is sized from the memory measured after "
+                "warmup; 1.0 is its default (the flag can be dropped)",
+            ),
+            verify="the engine starts and logs `Extended KV cache to N blocks` with N > 0",
+            do_not="if another process shares the GPU, the cap kept its memory: free the "
+            "GPU instead of raising it",
+            rationale="the extensible KV cache was capped below the memory the device had left",
+            engine=engine,
+        )
+    if not (f.get("all_memory_taken") or f.get("after_warmup")):
+        return None
+    cur = facts.knob_int("max_num_seqs")
+    new = max(1, cur // 2) if cur else _DEFAULT_MAX_NUM_SEQS[0] // 2
+    seqs = (
+        f"max_num_seqs {cur} / 2 = {new}"
+        if cur
+        else (
+            f"max_num_seqs is not in the log: vLLM 0.34's default is "
+            f"{_DEFAULT_MAX_NUM_SEQS[0]} ({_DEFAULT_MAX_NUM_SEQS[1]} on a GPU of 70 GiB or "
+            f"more), so {new} is half of it or less"
+        )
+    )
+    return Lever(
+        knob="--max-num-seqs",
+        current=str(cur) if cur else None,
+        proposed=str(new),
+        arithmetic=(
+            "the error says the extensible KV cache (vLLM 0.34) already had all the device "
+            "memory left after the model, its activations and warmup: a higher "
+            "gpu_memory_utilization cannot add any",
+            f"{seqs}: the activation peak and the CUDA graphs warmup measured grow with it",
+        ),
+        verify="the engine starts and logs `Extended KV cache to N blocks` with N > 0",
+        do_not="do not raise --gpu-memory-utilization: here it is already 1.0, the whole "
+        "device; a shorter --max-model-len is the engine's other way",
+        rationale="model, activations and CUDA graphs took all the memory the KV cache could have",
         engine=engine,
     )
 

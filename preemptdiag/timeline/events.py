@@ -4,7 +4,7 @@ Counting rules (design.md section 2):
 - V0 warns only on preemption #1, #51, #101, ...: count from the cumulative counter
   (deltas), never by counting warning lines; a counter that goes down is a restart.
 - V1 has code for `Preemptions: N` per stats interval (omitted when zero), but
-  releases through 0.33 never print it (vllm PR #38452): its absence proves nothing.
+  releases through 0.34 never print it (vllm PR #38452): its absence proves nothing.
 - SGLang retractions carry `#retracted_reqs: N`; each TP rank prints the same line, so
   identical lines at the same second from different ranks count once.
 - Ray's `[repeated Nx across cluster]` stands for N more engines printing the line.

@@ -118,3 +118,107 @@ def test_budget_not_in_the_log_is_not_shown_as_current(capsys: Any, tmp_path: Pa
         "--max-num-batched-tokens", None, "2048",
     )  # fmt: skip
     assert lever["arithmetic"][3].endswith("current budget: not in the log")
+
+
+# vLLM 0.34.0 start-up on CUDA with its extensible KV cache (on by default there): the
+# failure's hint says how the cache was sized. The wordings are 0.34.0's released
+# source (kv_cache_planning.py, _more_kv_cache_memory_hint; core.py:1757 logs the
+# traceback); no real run here (the CPU build stops at 0.32.0).
+ARGS_034 = (
+    "(APIServer pid=7) INFO 11-20 14:02:50 [startup.py:96] non-default args: "
+    "{{'model': '/models/llama-3.1-70b', 'max_model_len': 32768{more}}}"
+)
+NO_CACHE_034 = (
+    "(EngineCore pid=4310) ERROR 11-20 14:03:07 [core.py:1757] ValueError: No available "
+    "memory for the cache blocks. {hint} See "
+    "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+ALL_TAKEN = (
+    "The extensible KV cache already takes all device memory left after the model and its "
+    "activations; decrease `max_model_len` or `max_num_seqs`, or the model needs a device "
+    "with more memory."
+)
+CAPPED = (
+    "The KV cache gets what is left after the model and its activations within "
+    "`gpu_memory_utilization`=0.85; increase it (with the extensible KV cache it defaults to "
+    "1.0) or decrease `max_model_len` or `max_num_seqs`."
+)
+AFTER_WARMUP = (
+    "(EngineCore pid=4310) ERROR 11-20 14:03:07 [core.py:1757] ValueError: Cannot auto-fit "
+    "max_model_len: not enough GPU memory available to serve even a single token. CUDA graph "
+    "capture and warmup left no memory for the KV cache. Increase `gpu_memory_utilization`, "
+    "reduce the memory CUDA graphs take (fewer or smaller capture sizes in the compilation "
+    "config), or use more GPUs."
+)
+
+
+def test_extensible_cache_given_all_memory_halves_max_num_seqs(capsys: Any, tmp_path: Path) -> None:
+    lines = [ARGS_034.format(more=", 'max_num_seqs': 512"), NO_CACHE_034.format(hint=ALL_TAKEN)]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == ("--max-num-seqs", "512", "256")
+    assert lever["arithmetic"] == [
+        "the error says the extensible KV cache (vLLM 0.34) already had all the device memory "
+        "left after the model, its activations and warmup: a higher gpu_memory_utilization "
+        "cannot add any",
+        "max_num_seqs 512 / 2 = 256: the activation peak and the CUDA graphs warmup measured "
+        "grow with it",
+    ]
+    assert lever["do_not"].startswith("do not raise --gpu-memory-utilization")
+
+
+def test_extensible_cache_without_max_num_seqs_in_the_log_names_the_defaults(
+    capsys: Any, tmp_path: Path
+) -> None:
+    lines = [ARGS_034.format(more=""), NO_CACHE_034.format(hint=ALL_TAKEN)]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == ("--max-num-seqs", None, "128")
+    assert lever["arithmetic"][1] == (
+        "max_num_seqs is not in the log: vLLM 0.34's default is 256 (1024 on a GPU of 70 GiB "
+        "or more), so 128 is half of it or less: the activation peak and the CUDA graphs "
+        "warmup measured grow with it"
+    )
+
+
+def test_extensible_cache_capped_by_the_fraction_lifts_the_cap(capsys: Any, tmp_path: Path) -> None:
+    lines = [
+        ARGS_034.format(more=", 'gpu_memory_utilization': 0.85"),
+        NO_CACHE_034.format(hint=CAPPED),
+    ]
+    lever = _lever(capsys, tmp_path, lines)
+    # not the old +0.05 step (0.90), which keeps the cache capped
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--gpu-memory-utilization", "0.85", "1.0",
+    )  # fmt: skip
+    assert lever["arithmetic"][0] == (
+        "the error says the KV cache got what was left within gpu_memory_utilization=0.85: "
+        "0.15 of the device's memory was held out of it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("more", "want"),
+    [
+        (", 'gpu_memory_utilization': 0.9", ("--gpu-memory-utilization", "0.9", "1.0")),
+        # no fraction in the log: the mode's 1.0, so the graphs must shrink
+        ("", ("--max-num-seqs", None, "128")),
+    ],
+)
+def test_extensible_cache_left_nothing_after_warmup(
+    capsys: Any, tmp_path: Path, more: str, want: tuple[str, str | None, str]
+) -> None:
+    lever = _lever(capsys, tmp_path, [ARGS_034.format(more=more), AFTER_WARMUP])
+    assert (lever["knob"], lever["current"], lever["proposed"]) == want
+
+
+def test_older_no_cache_memory_still_steps_the_fraction(capsys: Any, tmp_path: Path) -> None:
+    # 0.32's wording (no extensible KV cache): the small step from 0.90 stays
+    lines = [
+        ARGS_034.format(more=""),
+        NO_CACHE_034.format(
+            hint="Try increasing `gpu_memory_utilization` when initializing the engine."
+        ),
+    ]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--gpu-memory-utilization", None, "0.95",
+    )  # fmt: skip
