@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from preemptdiag.model.records import Event, FieldValue, Kind, Lever, Verdict
+from preemptdiag.model.records import EngineInfo, Event, FieldValue, Kind, Lever, Verdict
+from preemptdiag.timeline.events import version_at_least
 from preemptdiag.timeline.knobs import Facts
 
 
@@ -34,7 +35,22 @@ def sglang_conservativeness(facts: Facts, engine: str) -> Lever:
     )
 
 
-def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, engine: str) -> Lever:
+def _default_utilization(info: EngineInfo | None) -> tuple[float, str]:
+    """The gpu_memory_utilization a vLLM engine ran with where the log shows none, and
+    how the arithmetic names it: 0.92 from 0.32 on (a real 0.32.0 says so in its own
+    error; the 0.33.0 and 0.34.0 sources' CacheConfig), 0.90 for older or unknown ones."""
+    if info is not None and version_at_least(info, 0, 32):
+        return 0.92, f" (vLLM {info.version}'s default 0.92, assumed: not in the log)"
+    return 0.9, " (default 0.90, assumed: not in the log)"
+
+
+def allocation_lever(
+    verdict: Verdict,
+    events: Sequence[Event],
+    facts: Facts,
+    engine: str,
+    info: EngineInfo | None = None,
+) -> Lever:
     allocs = _alloc_events(verdict, events)
     subtypes = [str(e.fields.get("subtype") or "") for e in allocs]
     first = allocs[0] if allocs else None
@@ -97,15 +113,22 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         e.fields.get("phase") == "startup" for e in allocs
     )
     if startup:
-        base = cur_util if cur_util is not None else 0.9
-        new = min(round(base + 0.05, 2), 0.95)
-        assumed = "" if cur_util is not None else " (default 0.90, assumed: not in the log)"
+        default, assumed = _default_utilization(info)
+        base = cur_util if cur_util is not None else default
+        step = round(base + 0.05, 2)
+        new = min(step, 0.95)
+        assumed = "" if cur_util is not None else assumed
+        capped = (
+            f"{step:.2f}, capped at 0.95"
+            if step > new
+            else f"{new:.2f} (a small step, capped at 0.95)"
+        )
         return Lever(
             knob="--gpu-memory-utilization",
             current=f"{base:.2f}" if cur_util is not None else None,
             proposed=f"{new:.2f}",
             arithmetic=(
-                f"{base:.2f}{assumed} + 0.05 = {new:.2f} (a small step, capped at 0.95)",
+                f"{base:.2f}{assumed} + 0.05 = {capped}",
                 "weights + activation peak left no room for KV blocks at this fraction",
             ),
             verify="the engine starts and logs a positive `# GPU blocks` / `GPU KV cache size`",
@@ -145,7 +168,12 @@ def allocation_lever(verdict: Verdict, events: Sequence[Event], facts: Facts, en
         ),
         verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
-        rationale="runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high",
+        rationale=(
+            "runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high"
+            if cur_util is not None
+            else "runtime CUDA OOM at the engine's default gpu_memory_utilization (not in "
+            "the log): activations peak too high"
+        ),
         engine=engine,
     )
 

@@ -222,3 +222,49 @@ def test_older_no_cache_memory_still_steps_the_fraction(capsys: Any, tmp_path: P
     assert (lever["knob"], lever["current"], lever["proposed"]) == (
         "--gpu-memory-utilization", None, "0.95",
     )  # fmt: skip
+
+
+BANNER = (
+    "(APIServer pid=7) INFO 11-20 14:02:50 [startup.py:18] vLLM server version {v}, serving "
+    "model /models/llama-3.1-70b"
+)
+OLD_HINT = (
+    "Try increasing `gpu_memory_utilization` when initializing the engine (this flag also "
+    "controls CPU memory reservation on the CPU backend, despite its name)."
+)
+
+
+@pytest.mark.parametrize(
+    ("banner", "first"),
+    [
+        # 0.92 since 0.32 (a real 0.32.0's own error says so): the step is capped
+        (
+            [BANNER.format(v="0.34.0")],
+            "0.92 (vLLM 0.34.0's default 0.92, assumed: not in the log) + 0.05 = 0.97, "
+            "capped at 0.95",
+        ),
+        (
+            [BANNER.format(v="0.32.0")],
+            "0.92 (vLLM 0.32.0's default 0.92, assumed: not in the log) + 0.05 = 0.97, "
+            "capped at 0.95",
+        ),
+        # no version in the log (or an older one): the 0.90 of older releases
+        (
+            [],
+            "0.90 (default 0.90, assumed: not in the log) + 0.05 = 0.95 (a small step, capped at 0.95)",
+        ),
+        (
+            [BANNER.format(v="0.10.1")],
+            "0.90 (default 0.90, assumed: not in the log) + 0.05 = 0.95 (a small step, capped at 0.95)",
+        ),
+    ],
+)
+def test_the_assumed_memory_fraction_is_the_engine_versions_default(
+    capsys: Any, tmp_path: Path, banner: list[str], first: str
+) -> None:
+    lines = [*banner, ARGS_034.format(more=""), NO_CACHE_034.format(hint=OLD_HINT)]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--gpu-memory-utilization", None, "0.95",
+    )  # fmt: skip
+    assert lever["arithmetic"][0] == first
