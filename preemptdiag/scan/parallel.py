@@ -163,13 +163,20 @@ def _wait_all(
 def _stop_now(pool: Any) -> None:
     """Ctrl-C: drop the queued ranges and end the running ones now, instead of
     waiting for every range to be scanned (leaving the `with`, or the interpreter's
-    exit, waits for all). The worker list is read first: shutdown forgets it."""
+    exit, waits for all). The worker list and the pool's manager thread are read
+    first: shutdown forgets them. The manager thread is waited for too: left running,
+    it closed its wake-up pipe while the interpreter's exit hook was writing to it
+    (Python 3.11's race), and `Exception ignored ... Bad file descriptor` followed
+    the one line (CI, once, under load)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
     for proc in procs:
         proc.join(timeout=5)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
