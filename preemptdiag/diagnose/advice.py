@@ -74,7 +74,7 @@ def _choose(
     if cls is Class.THRASH_LOOP:
         return _thrash(verdict, windows, facts, engine, thr)
     if cls is Class.ALLOCATION_FAILURE:
-        return allocation_lever(verdict, events, facts, engine, info)
+        return allocation_lever(verdict, events, facts, engine, info, thr.default_max_num_seqs)
     if cls is Class.HOST_PRESSURE:
         return host_lever(verdict, events, facts, engine)
     if cls is Class.BENIGN_PREEMPTION:

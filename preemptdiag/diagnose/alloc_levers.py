@@ -50,7 +50,10 @@ def allocation_lever(
     facts: Facts,
     engine: str,
     info: EngineInfo | None = None,
+    default_max_num_seqs: int = 256,
 ) -> Lever:
+    """The one lever for an allocation failure, from the first failure's kind and
+    fields (`default_max_num_seqs`: Thresholds', where the log shows none)."""
     allocs = _alloc_events(verdict, events)
     subtypes = [str(e.fields.get("subtype") or "") for e in allocs]
     first = allocs[0] if allocs else None
@@ -106,7 +109,7 @@ def allocation_lever(
         return _util_to_free(f, facts, engine)
     cur_util = facts.knob_float("gpu_memory_utilization")
     if st == "no_cache_memory":
-        measured = _extensible(f, cur_util, facts, engine)
+        measured = _extensible(f, cur_util, facts, engine, default_max_num_seqs)
         if measured is not None:
             return measured
     startup = st in ("no_cache_memory", "zero_blocks", "kv_alloc_shortfall") or any(
@@ -178,13 +181,17 @@ def allocation_lever(
     )
 
 
-# vLLM 0.34's default max_num_seqs (engine/arg_utils.py): 256, 1024 on a GPU of 70 GiB
-# or more (A100 and GB10 aside).
-_DEFAULT_MAX_NUM_SEQS = (256, 1024)
+# vLLM 0.34's default max_num_seqs on a GPU of 70 GiB or more (engine/arg_utils.py; A100
+# and GB10 aside); Thresholds.default_max_num_seqs is the one of smaller ones.
+_BIG_GPU_MAX_NUM_SEQS = 1024
 
 
 def _extensible(
-    f: Mapping[str, FieldValue], cur_util: float | None, facts: Facts, engine: str
+    f: Mapping[str, FieldValue],
+    cur_util: float | None,
+    facts: Facts,
+    engine: str,
+    default_seqs: int,
 ) -> Lever | None:
     """The start-up failure of vLLM 0.34's extensible KV cache (on by default on
     CUDA/ROCm), by the hint the error carries; None for any other. That cache is sized
@@ -217,14 +224,14 @@ def _extensible(
     if not (f.get("all_memory_taken") or f.get("after_warmup")):
         return None
     cur = facts.knob_int("max_num_seqs")
-    new = max(1, cur // 2) if cur else _DEFAULT_MAX_NUM_SEQS[0] // 2
+    new = max(1, (cur or default_seqs) // 2)
     seqs = (
         f"max_num_seqs {cur} / 2 = {new}"
         if cur
         else (
-            f"max_num_seqs is not in the log: vLLM 0.34's default is "
-            f"{_DEFAULT_MAX_NUM_SEQS[0]} ({_DEFAULT_MAX_NUM_SEQS[1]} on a GPU of 70 GiB or "
-            f"more), so {new} is half of it or less"
+            f"max_num_seqs is not in the log: {default_seqs} assumed (default_max_num_seqs; "
+            f"vLLM 0.34's own is 256, {_BIG_GPU_MAX_NUM_SEQS} on a GPU of 70 GiB or more) / 2 "
+            f"= {new}"
         )
     )
     return Lever(

@@ -3,6 +3,7 @@ request's prompt logprobs over a long prompt (diagnose/alloc_levers.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,9 @@ def test_extensible_cache_without_max_num_seqs_in_the_log_names_the_defaults(
     lever = _lever(capsys, tmp_path, lines)
     assert (lever["knob"], lever["current"], lever["proposed"]) == ("--max-num-seqs", None, "128")
     assert lever["arithmetic"][1] == (
-        "max_num_seqs is not in the log: vLLM 0.34's default is 256 (1024 on a GPU of 70 GiB "
-        "or more), so 128 is half of it or less: the activation peak and the CUDA graphs "
-        "warmup measured grow with it"
+        "max_num_seqs is not in the log: 256 assumed (default_max_num_seqs; vLLM 0.34's own is "
+        "256, 1024 on a GPU of 70 GiB or more) / 2 = 128: the activation peak and the CUDA "
+        "graphs warmup measured grow with it"
     )
 
 
@@ -268,3 +269,25 @@ def test_the_assumed_memory_fraction_is_the_engine_versions_default(
         "--gpu-memory-utilization", None, "0.95",
     )  # fmt: skip
     assert lever["arithmetic"][0] == first
+
+
+def test_extensible_cache_halves_the_configured_default_max_num_seqs(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # A fleet whose engines run 1024 by default says so once, in the thresholds.
+    (tmp_path / "preemptdiag.toml").write_text("[thresholds]\ndefault_max_num_seqs = 1024\n")
+    log = tmp_path / "built.log"
+    log.write_text(
+        "\n".join([ARGS_034.format(more=""), NO_CACHE_034.format(hint=ALL_TAKEN)]) + "\n"
+    )
+    from preemptdiag.cli import main
+
+    code = main(
+        ["analyze", "--format", "json", "--config", str(tmp_path / "preemptdiag.toml"), str(log)]
+    )
+    lever = json.loads(capsys.readouterr().out)["lever"]
+    assert code == 1
+    assert (lever["knob"], lever["current"], lever["proposed"]) == ("--max-num-seqs", None, "512")
+    assert lever["arithmetic"][1].startswith(
+        "max_num_seqs is not in the log: 1024 assumed (default_max_num_seqs; vLLM 0.34's own"
+    )
