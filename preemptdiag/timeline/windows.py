@@ -5,10 +5,12 @@ Polars holds the (small) events table, never raw lines (design.md section 5).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from preemptdiag.model.config import Thresholds
@@ -83,21 +85,12 @@ def _micros(ts: datetime | None) -> int | None:
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
-def _table(events: Sequence[Event], seconds: int) -> pl.DataFrame:
-    """The events table. A row is one event or one rollup of stats lines (rollup.py).
-    It carries sums, counts and maxima, its first and last values, and the order keys
-    of its last line, so the aggregation in build_windows gives what it gives line by
-    line. Rows are made as tuples and turned into a polars frame a chunk at a time:
-    the whole table as Python columns (8 bytes a cell and an object a value) was
-    ~35 MiB of a month of stats lines' peak, left in the allocator's arenas after."""
-    import polars as pl
-
-    schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
-    frames: list[pl.DataFrame] = []
-    rows: list[tuple[Any, ...]] = []
+def _rows(events: Sequence[Event], seconds: int) -> Iterator[tuple[Any, ...]]:
+    """The events table's rows, in _COLUMNS order. A row is one event or one rollup of
+    stats lines (rollup.py). It carries sums, counts and maxima, its first and last
+    values, and the order keys of its last line, so the aggregation in build_windows
+    gives what it gives line by line."""
     for i, e in enumerate(events):
-        if len(rows) == _CHUNK:
-            frames.append(_frame(rows, schema))
         is_stats = e.kind is Kind.STATS
         r = e.rollup
         last = r.last if r else e
@@ -108,26 +101,39 @@ def _table(events: Sequence[Event], seconds: int) -> pl.DataFrame:
             peak = (-1.0 if kv is None else kv, _int(e.fields.get("running")))
         else:
             peak = (-1.0, None)
-        rows.append(
-            (
-                i,
-                e.replica,
-                window_start(e.ts, seconds),
-                e.kind.value,
-                e.source,
-                r.stats.n if r else 1,  # e.lines
-                (r.stats.n if r else 1) if is_stats else 0,
-                float(e.preemptions),
-                e.lower_bound,
-                _int(e.fields.get("cumulative")),
-                *(_stats_cells(e) if is_stats else _NO_STATS),
-                _micros(last.ts),
-                last.line,
-                last.pos,
-                last.sig,
-                *peak,
-            )
+        yield (
+            i,
+            e.replica,
+            window_start(e.ts, seconds),
+            e.kind.value,
+            e.source,
+            r.stats.n if r else 1,  # e.lines
+            (r.stats.n if r else 1) if is_stats else 0,
+            float(e.preemptions),
+            e.lower_bound,
+            _int(e.fields.get("cumulative")),
+            *(_stats_cells(e) if is_stats else _NO_STATS),
+            _micros(last.ts),
+            last.line,
+            last.pos,
+            last.sig,
+            *peak,
         )
+
+
+def _table(events: Sequence[Event], seconds: int) -> pl.DataFrame:
+    """The events table (_rows) as a polars frame, made a chunk at a time: the whole
+    table as Python columns (8 bytes a cell and an object a value) was ~35 MiB of a
+    month of stats lines' peak, left in the allocator's arenas after."""
+    import polars as pl
+
+    schema: dict[str, Any] = {name: getattr(pl, dtype) for name, dtype in _COLUMNS.items()}
+    frames: list[pl.DataFrame] = []
+    rows: list[tuple[Any, ...]] = []
+    for row in _rows(events, seconds):
+        if len(rows) == _CHUNK:
+            frames.append(_frame(rows, schema))
+        rows.append(row)
     frames.append(_frame(rows, schema))
     return frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
 
@@ -211,11 +217,42 @@ def snapped_mean(num: str, den: str) -> pl.Expr:
     return pl.when(pl.col(den).sum() > 0).then(mean.round(6))
 
 
+# Up to this many table rows (events and rollups) the windows are aggregated in Python
+# (_aggregated_small), with the polars query's results: importing polars (~0.12 s of
+# CPU and ~40 MiB) was a third of a small log's run and half its memory. Above it polars
+# is paid for. tests/timeline/test_windows_small.py holds the two to equal windows.
+SMALL_TABLE = 5000
+# The aggregate columns the V0 counter spread reads.
+_SPREAD_COLUMNS = ("replica", "wstart", "preemptions", "kv_max")
+
+
 def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> list[Window]:
     if not events:
         return []
-    # Imported here: polars costs ~0.2 s to import, and analyze starts that import
-    # in the background (preload_polars) while the scan runs.
+    warnings = [
+        e
+        for e in events
+        if e.kind is Kind.PREEMPTION and isinstance(e.fields.get("cumulative"), int) and e.ts
+    ]
+    rows: Iterable[Mapping[str, Any]]
+    if len(events) <= SMALL_TABLE:
+        rows = small = _aggregated_small(events, seconds)
+        columns = partial(_columns_of, small)
+    else:
+        agg = _aggregated(events, seconds)
+        rows = _agg_rows(agg)
+        columns = partial(_frame_columns, agg)
+    # (no delta between two warnings: each window keeps its own count)
+    spread, spread_over = (
+        _spread_counter_deltas(warnings, columns(), seconds, thr) if len(warnings) > 1 else ({}, {})
+    )
+    return [_window(r, events, spread, spread_over, seconds) for r in rows]
+
+
+def _aggregated(events: Sequence[Event], seconds: int) -> pl.DataFrame:
+    """The windows' aggregates, a row a (replica, window start), by polars."""
+    # Imported here: polars costs ~0.12 s to import, and analyze starts that import
+    # in the background (preload_polars) while a pipe is scanned.
     import polars as pl
 
     df = _table(events, seconds)
@@ -226,7 +263,7 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         # first line, but a rollup's last line can come after a later row's.
         return pl.col(col).sort_by(list(keys), maintain_order=True).drop_nulls().last()
 
-    agg = (
+    return (
         df.group_by(["replica", "wstart"], maintain_order=True)
         .agg(
             n_events=pl.col("lines").sum(),
@@ -261,59 +298,179 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         )
         .sort(["replica", "wstart"], nulls_last=True)
     )
-    spread, spread_over = _spread_counter_deltas(events, agg, seconds, thr)
-    windows: list[Window] = []
+
+
+def _agg_rows(agg: pl.DataFrame) -> Iterator[dict[str, Any]]:
+    """The aggregates row by row, read as Python lists a chunk of windows at a time (a
+    dict per row from iter_rows(named=True) cost a third of build_windows; a month's
+    windows as Python columns at once ~10 MiB)."""
     names = agg.columns
-    # The aggregates as Python lists, one per column, read row by row below (a dict
-    # per row from iter_rows(named=True) cost a third of this function), a chunk of
-    # windows at a time (a month's windows as Python columns: ~10 MiB at once).
-    rows = (
-        values
-        for k in range(0, agg.height, _CHUNK)
-        for values in zip(*agg.slice(k, _CHUNK).to_dict(as_series=False).values(), strict=True)
+    for k in range(0, agg.height, _CHUNK):
+        part = agg.slice(k, _CHUNK).to_dict(as_series=False)
+        for values in zip(*part.values(), strict=True):
+            yield dict(zip(names, values, strict=True))
+
+
+def _frame_columns(agg: pl.DataFrame) -> dict[str, list[Any]]:
+    return agg.select(*_SPREAD_COLUMNS).to_dict(as_series=False)
+
+
+def _columns_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    return {name: [r[name] for r in rows] for name in _SPREAD_COLUMNS}
+
+
+def _window(
+    r: Mapping[str, Any],
+    events: Sequence[Event],
+    spread: Mapping[tuple[str, int | None], float],
+    spread_over: Mapping[tuple[str, int | None], int],
+    seconds: int,
+) -> Window:
+    key = (r["replica"], r["wstart"])
+    start = datetime.fromtimestamp(r["wstart"], tz=UTC) if r["wstart"] is not None else None
+    return Window(
+        replica=r["replica"],
+        start=start,
+        end=start + timedelta(seconds=seconds) if start else None,
+        n_events=r["n_events"],
+        n_stats=r["n_stats"],
+        preemptions=round(spread.get(key, r["preemptions"]), 2),
+        preemptions_spread_over=spread_over.get(key),
+        preemptions_lower_bound=bool(r["lower"]),
+        max_cumulative=r["max_cum"],
+        kv_max=r["kv_max"],
+        kv_mean=r["kv_mean"],
+        running_max=r["running_max"],
+        running_mean=r["running_mean"],
+        waiting_first=r["waiting_first"],
+        waiting_last=r["waiting_last"],
+        waiting_max=r["waiting_max"],
+        swapped_first=r["swapped_first"],
+        swapped_last=r["swapped_last"],
+        swapped_max=r["swapped_max"],
+        prompt_tput=r["prompt"],
+        gen_tput=r["gen"],
+        alloc_failures=r["alloc"],
+        host_ooms=r["host"],
+        engine_deaths=r["dead"],
+        swap_warnings=r["swapw"],
+        evidence=_pick_evidence([events[i] for i in r["idxs"]]),
+        kv_peak_running=r["peak_running"],
+        waiting_share=r["waiting_share"],
     )
-    for values in rows:
-        r = dict(zip(names, values, strict=True))
-        key = (r["replica"], r["wstart"])
-        evs = [events[i] for i in r["idxs"]]
-        start = datetime.fromtimestamp(r["wstart"], tz=UTC) if r["wstart"] is not None else None
-        windows.append(
-            Window(
-                replica=r["replica"],
-                start=start,
-                end=start + timedelta(seconds=seconds) if start else None,
-                n_events=r["n_events"],
-                n_stats=r["n_stats"],
-                preemptions=round(spread.get(key, r["preemptions"]), 2),
-                preemptions_spread_over=spread_over.get(key),
-                preemptions_lower_bound=bool(r["lower"]),
-                max_cumulative=r["max_cum"],
-                kv_max=r["kv_max"],
-                kv_mean=r["kv_mean"],
-                running_max=r["running_max"],
-                running_mean=r["running_mean"],
-                waiting_first=r["waiting_first"],
-                waiting_last=r["waiting_last"],
-                waiting_max=r["waiting_max"],
-                swapped_first=r["swapped_first"],
-                swapped_last=r["swapped_last"],
-                swapped_max=r["swapped_max"],
-                prompt_tput=r["prompt"],
-                gen_tput=r["gen"],
-                alloc_failures=r["alloc"],
-                host_ooms=r["host"],
-                engine_deaths=r["dead"],
-                swap_warnings=r["swapw"],
-                evidence=_pick_evidence(evs),
-                kv_peak_running=r["peak_running"],
-                waiting_share=r["waiting_share"],
-            )
+
+
+# _COLUMNS' positions, for the rows _aggregated_small reads.
+_AT = {name: i for i, name in enumerate(_COLUMNS)}
+# What a value of a column becomes in the polars table (its dtype), for the same rows.
+_CAST: dict[str, Callable[[Any], Any]] = {"Int64": int, "Float64": float, "Boolean": bool}
+_CASTS = tuple(_CAST.get(dtype) for dtype in _COLUMNS.values())
+
+
+def _aggregated_small(events: Sequence[Event], seconds: int) -> list[dict[str, Any]]:
+    """What _aggregated gives, row for row, value for value, in Python: the same table
+    rows (cast as polars casts them), grouped in order of first appearance and sorted
+    by (replica, window start, a missing start last); sums, maxima and firsts skip
+    missing values as polars does, a `last` is taken in the stable order of the last
+    line's keys (a missing key first), and means are snapped as snapped_mean snaps."""
+    groups: dict[tuple[str, int | None], list[tuple[Any, ...]]] = {}
+    for row in _rows(events, seconds):
+        typed = tuple(
+            v if cast is None or v is None else cast(v) for v, cast in zip(row, _CASTS, strict=True)
         )
-    return windows
+        groups.setdefault((typed[_AT["replica"]], typed[_AT["wstart"]]), []).append(typed)
+    ordered = sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] is None, g[0][1] or 0))
+    return [_group(replica, wstart, rows) for (replica, wstart), rows in ordered]
+
+
+def _group(replica: str, wstart: int | None, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    def col(name: str) -> list[Any]:
+        at = _AT[name]
+        return [r[at] for r in rows]
+
+    def present(name: str) -> list[Any]:
+        return [v for v in col(name) if v is not None]
+
+    def most(name: str) -> Any:
+        values = present(name)
+        return max(values) if values else None
+
+    def first(name: str) -> Any:
+        values = present(name)
+        return values[0] if values else None
+
+    keys = [_AT[k] for k in _LAST_ORDER]
+    # (stable; a missing key sorts first, as polars' sort_by without nulls_last)
+    by_last = sorted(rows, key=lambda r: tuple((0,) if r[k] is None else (1, r[k]) for k in keys))
+
+    def last(name: str) -> Any:
+        at = _AT[name]
+        values = [r[at] for r in by_last if r[at] is not None]
+        return values[-1] if values else None
+
+    def mean(num: str, den: str) -> float | None:
+        n = sum(col(den))
+        if not n > 0:
+            return None
+        total = 0.0
+        for v in present(num):
+            total += v
+        return snap6(snap6(total) / n)
+
+    peak_kv = col("peak_kv")
+    top = max(peak_kv)
+    at_peak = [p for p, kv in zip(col("peak_running"), peak_kv, strict=True) if kv == top]
+    running_at_peak = [p for p in at_peak if p is not None]
+    kinds = col("kind")
+    return {
+        "replica": replica,
+        "wstart": wstart,
+        "n_events": sum(col("lines")),
+        "n_stats": sum(col("stats_lines")),
+        "preemptions": _float_sum(col("preemptions")),
+        "lower": any(col("lower")),
+        "max_cum": most("cumulative"),
+        "kv_max": most("kv_max"),
+        "kv_mean": mean("kv_sum", "kv_n"),
+        "running_max": most("running_max"),
+        "running_mean": mean("running_sum", "running_n"),
+        "waiting_first": first("waiting_first"),
+        "waiting_last": last("waiting_last"),
+        "waiting_max": most("waiting_max"),
+        "waiting_share": mean("waiting_pos", "waiting_n"),
+        "swapped_first": first("swapped_first"),
+        "swapped_last": last("swapped_last"),
+        "swapped_max": most("swapped_max"),
+        "prompt": mean("prompt_sum", "prompt_n"),
+        "gen": mean("gen_sum", "gen_n"),
+        "peak_running": min(running_at_peak) if running_at_peak else None,
+        "alloc": kinds.count(Kind.ALLOC_FAILURE.value),
+        "host": kinds.count(Kind.HOST_OOM.value),
+        "dead": kinds.count(Kind.ENGINE_DEAD.value),
+        "swapw": kinds.count(Kind.SWAP_WARNING.value),
+        "idxs": col("idx"),
+    }
+
+
+def _float_sum(values: list[float]) -> float:
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def snap6(x: float) -> float:
+    """polars' `round(6)` of a float (half to even on x x 1e6, as polars 2 rounds;
+    tests/timeline/test_windows_small.py checks it against the installed polars)."""
+    y = x * 1e6
+    if not math.isfinite(y):
+        return x
+    r = round(y) / 1e6
+    return math.copysign(r, x) if r == 0 else r
 
 
 def _spread_counter_deltas(
-    events: Sequence[Event], windows: pl.DataFrame, seconds: int, thr: Thresholds
+    warnings: Sequence[Event], agg: Mapping[str, list[Any]], seconds: int, thr: Thresholds
 ) -> tuple[dict[tuple[str, int | None], float], dict[tuple[str, int | None], int]]:
     """Spread a V0 counter delta over the windows between two warnings.
 
@@ -322,16 +479,9 @@ def _spread_counter_deltas(
     the windows in that span whose KV usage was at the pressure threshold. With no
     such window the delta stays where the warning was printed. Also returns, per
     window that received a share, over how many windows its delta was spread (the
-    count there is an estimate, not a measurement).
+    count there is an estimate, not a measurement). `warnings`: the V0 counter
+    warnings (stamped), in order; `agg`: the windows' _SPREAD_COLUMNS.
     """
-    warnings = [
-        e
-        for e in events
-        if e.kind is Kind.PREEMPTION and isinstance(e.fields.get("cumulative"), int) and e.ts
-    ]
-    if len(warnings) < 2:
-        return {}, {}  # (no delta between two warnings: each window keeps its own count)
-    agg = windows.select("replica", "wstart", "preemptions", "kv_max").to_dict(as_series=False)
     keys = list(zip(agg["replica"], agg["wstart"], strict=True))
     totals: dict[tuple[str, int | None], float] = dict(zip(keys, agg["preemptions"], strict=True))
     kv_by_window = dict(zip(keys, agg["kv_max"], strict=True))
