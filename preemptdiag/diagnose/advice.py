@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from preemptdiag.diagnose.alloc_levers import allocation_lever, sglang_conservativeness
 from preemptdiag.diagnose.budget import max_num_seqs_from_observed
@@ -58,7 +59,25 @@ def choose_lever(
 ) -> Lever:
     """The one lever, with how to apply it and when to roll it back."""
     lever = _choose(verdict, windows, events, facts, info, thr)
+    if info.engine == "unknown" and lever.knob in _SGLANG_ANALOGUE:
+        # A bare traceback names no engine: the flag shown is vLLM's, and saying so is
+        # the difference between a lever and a guess (a lone SGLang CUDA OOM line, say).
+        analogue = _SGLANG_ANALOGUE[lever.knob]
+        lever = replace(
+            lever,
+            rationale=f"{lever.rationale}; the log does not say which engine printed it: "
+            f"{lever.knob} is vLLM's flag (on SGLang: {analogue})",
+        )
     return with_way_back(lever, verdict.cls)
+
+
+# vLLM's flags the levers name, and what SGLang calls the same knob.
+_SGLANG_ANALOGUE = {
+    "--gpu-memory-utilization": "--mem-fraction-static",
+    "--max-num-seqs": "--max-running-requests",
+    "--max-num-batched-tokens": "--chunked-prefill-size",
+    "--max-model-len": "--context-length",
+}
 
 
 def _choose(

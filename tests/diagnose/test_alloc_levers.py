@@ -291,3 +291,29 @@ def test_extensible_cache_halves_the_configured_default_max_num_seqs(
     assert lever["arithmetic"][1].startswith(
         "max_num_seqs is not in the log: 1024 assumed (default_max_num_seqs; vLLM 0.34's own"
     )
+
+
+BARE_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has a "
+    "total capacity of 184.00 GiB of which 2.21 GiB is free. Including non-PyTorch memory, "
+    "this process has 181.77 GiB memory in use."
+)
+
+
+def test_a_lever_for_a_log_that_names_no_engine_says_whose_flag_it_is(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # A lone traceback line (an SGLang decode worker's, in the shared corpus): the flag
+    # is vLLM's, and the report says so and names SGLang's.
+    lever = _lever(capsys, tmp_path, [BARE_OOM])
+    assert lever["knob"] == "--max-num-batched-tokens"
+    assert lever["rationale"].endswith(
+        "; the log does not say which engine printed it: --max-num-batched-tokens is vLLM's "
+        "flag (on SGLang: --chunked-prefill-size)"
+    )
+
+
+def test_a_vllm_log_gets_no_engine_caveat(capsys: Any, tmp_path: Path) -> None:
+    lever = _lever(capsys, tmp_path, [BANNER.format(v="0.32.0"), BARE_OOM])
+    assert lever["knob"] == "--max-num-batched-tokens"
+    assert "does not say which engine" not in lever["rationale"]
