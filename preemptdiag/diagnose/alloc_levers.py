@@ -115,6 +115,18 @@ def allocation_lever(
     startup = st in ("no_cache_memory", "zero_blocks", "kv_alloc_shortfall") or any(
         e.fields.get("phase") == "startup" for e in allocs
     )
+    if startup and cur_util is not None and cur_util >= 0.95:
+        # Already at the step's cap (or past it): a higher fraction only takes the room
+        # CUDA graphs and NCCL need, so the profiled activation peak must shrink.
+        return _halved_budget(
+            facts,
+            engine,
+            f"gpu_memory_utilization is already {cur_util:.2f} (the step's cap is 0.95): "
+            "the profiled activation peak is what left no room for KV blocks",
+            verify="the engine starts and logs a positive `# GPU blocks` / `GPU KV cache size`",
+            rationale="the KV cache could not be sized at start-up with the memory fraction "
+            "already high: activations peak too high",
+        )
     if startup:
         default, assumed = _default_utilization(info)
         base = cur_util if cur_util is not None else default
@@ -159,6 +171,25 @@ def allocation_lever(
             rationale="runtime CUDA OOM: the KV reservation left too little for everything else",
             engine=engine,
         )
+    return _halved_budget(
+        facts,
+        engine,
+        None,
+        verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
+        rationale=(
+            "runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high"
+            if cur_util is not None
+            else "runtime CUDA OOM at the engine's default gpu_memory_utilization (not in "
+            "the log): activations peak too high"
+        ),
+    )
+
+
+def _halved_budget(
+    facts: Facts, engine: str, why: str | None, verify: str, rationale: str
+) -> Lever:
+    """Half the per-step token budget: the activation peak (profiled at start-up, met
+    at run time) grows with it."""
     cur_mbt = facts.knob_int("max_num_batched_tokens")
     new_mbt = max(512, (cur_mbt or 8192) // 2)
     return Lever(
@@ -166,17 +197,13 @@ def allocation_lever(
         current=str(cur_mbt) if cur_mbt else None,
         proposed=str(new_mbt),
         arithmetic=(
+            *((why,) if why else ()),
             f"halve the per-step token budget ({cur_mbt or 'default 8192'} / 2 = "
             f"{new_mbt}) to lower the activation peak",
         ),
-        verify="no CUDA OOM under the same load; prompt throughput may fall slightly",
+        verify=verify,
         do_not="do not raise --gpu-memory-utilization: the allocation already failed at this size",
-        rationale=(
-            "runtime CUDA OOM with gpu_memory_utilization <= 0.90: activations peak too high"
-            if cur_util is not None
-            else "runtime CUDA OOM at the engine's default gpu_memory_utilization (not in "
-            "the log): activations peak too high"
-        ),
+        rationale=rationale,
         engine=engine,
     )
 

@@ -317,3 +317,25 @@ def test_a_vllm_log_gets_no_engine_caveat(capsys: Any, tmp_path: Path) -> None:
     lever = _lever(capsys, tmp_path, [BANNER.format(v="0.32.0"), BARE_OOM])
     assert lever["knob"] == "--max-num-batched-tokens"
     assert "does not say which engine" not in lever["rationale"]
+
+
+@pytest.mark.parametrize("util", ["0.95", "0.98"])
+def test_a_start_up_failure_at_a_high_fraction_shrinks_the_activation_peak(
+    capsys: Any, tmp_path: Path, util: str
+) -> None:
+    # The +0.05 step stops at 0.95: from there it proposed 0.95 again (or lower), a
+    # lever that changes nothing.
+    lines = [
+        ARGS_034.format(more=f", 'gpu_memory_utilization': {util}"),
+        CHUNK.format(mbt=8192),
+        NO_CACHE_034.format(hint=OLD_HINT),
+    ]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--max-num-batched-tokens", "8192", "4096",
+    )  # fmt: skip
+    assert lever["arithmetic"] == [
+        f"gpu_memory_utilization is already {util} (the step's cap is 0.95): the profiled "
+        "activation peak is what left no room for KV blocks",
+        "halve the per-step token budget (8192 / 2 = 4096) to lower the activation peak",
+    ]
