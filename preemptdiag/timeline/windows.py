@@ -412,10 +412,7 @@ def _group(replica: str, wstart: int | None, rows: list[tuple[Any, ...]]) -> dic
         n = sum(col(den))
         if not n > 0:
             return None
-        total = 0.0
-        for v in present(num):
-            total += v
-        return snap6(snap6(total) / n)
+        return snap6(snap6(_float_sum(present(num))) / n)
 
     peak_kv = col("peak_kv")
     top = max(peak_kv)
@@ -453,6 +450,8 @@ def _group(replica: str, wstart: int | None, rows: list[tuple[Any, ...]]) -> dic
 
 
 def _float_sum(values: list[float]) -> float:
+    """Left to right, one rounding an addition (sum() compensates from Python 3.12 on,
+    which a window's counts do not need and snapped means must not depend on)."""
     total = 0.0
     for v in values:
         total += v
@@ -460,7 +459,7 @@ def _float_sum(values: list[float]) -> float:
 
 
 def snap6(x: float) -> float:
-    """polars' `round(6)` of a float (half to even on x x 1e6, as polars 2 rounds;
+    """polars' `round(6)` of a float (half to even on x * 1e6, as polars 2 rounds;
     tests/timeline/test_windows_small.py checks it against the installed polars)."""
     y = x * 1e6
     if not math.isfinite(y):
