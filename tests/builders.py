@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -152,3 +153,22 @@ def scan_garbage(src: Source, matcher: Matcher) -> int:
     finally:
         if was:
             gc.enable()
+
+
+class Pipe(io.RawIOBase):
+    """stdin as a pipe gives it: short reads (at most `chunk` bytes), no seeking,
+    each byte read once; `served` counts what was read."""
+
+    def __init__(self, data: bytes, chunk: int = 4096) -> None:
+        self.data = data
+        self.chunk = chunk
+        self.served = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self.chunk, len(self.data) - self.served)
+        b[:n] = self.data[self.served : self.served + n]
+        self.served += n
+        return n

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
+from builders import Pipe
 
 from preemptdiag import __version__
 from preemptdiag.cli import main
@@ -103,29 +103,12 @@ def test_user_signature_file_errors_are_precise(
     assert "signature 'x.y': unknown kind 'weird'" in err
 
 
-class _Pipe(io.RawIOBase):
-    """stdin as a pipe gives it: short reads, no seeking, each byte read once."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.served = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = min(len(b), 4096, len(self.data) - self.served)
-        b[:n] = self.data[self.served : self.served + n]
-        self.served += n
-        return n
-
-
 @pytest.mark.parametrize("compress", [False, True])
 def test_stdin_is_streamed(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, compress: bool
 ) -> None:
     data = (SAMPLES / "v0_thrash_loop.log").read_bytes()
-    pipe = _Pipe(gzip.compress(data) if compress else data)
+    pipe = Pipe(gzip.compress(data) if compress else data)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(pipe)))
     assert main(["analyze", "-q", "-"]) == 1
     assert capsys.readouterr().out.startswith("thrash_loop [high]")
@@ -145,7 +128,7 @@ def test_a_year_less_log_on_stdin_is_never_dated_after_it_was_read(
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     start = now + timedelta(days=18) - timedelta(days=365)
     log = "\n".join(healthy_v1_log(start, minutes=3 * 24 * 60, every=60)) + "\n"
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(_Pipe(log.encode()))))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Pipe(log.encode()))))
     assert main(["analyze", "--format", "json", "-"]) == 0
     (replica,) = json.loads(capsys.readouterr().out)["replicas"]
     assert replica["dated_by"] == ["the time stdin was read"]

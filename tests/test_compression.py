@@ -15,9 +15,9 @@ import zipfile
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
 
 import pytest
+from builders import Pipe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -223,24 +223,8 @@ def test_progress_counts_bytes_on_disk(tmp_path: Path, codec: str | None) -> Non
     assert len(steps) > 1 and all(n >= 0 for n in steps)
 
 
-class _Trickle(io.RawIOBase):
-    """A pipe that hands out at most `step` bytes a read."""
-
-    def __init__(self, data: bytes, step: int) -> None:
-        self.data, self.step, self.pos = data, step, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = min(len(b), self.step, len(self.data) - self.pos)
-        b[:n] = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return n
-
-
 def _decode_all(codec: str, blob: bytes, step: int) -> tuple[bytes, bool]:
-    stream = DecompressedStream(CODECS[codec], io.BufferedReader(_Trickle(blob, step), step))
+    stream = DecompressedStream(CODECS[codec], io.BufferedReader(Pipe(blob, step), step))
     out = io.BufferedReader(stream, 1 << 16).read()
     return out, stream.truncated
 

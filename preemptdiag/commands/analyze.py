@@ -10,8 +10,8 @@ import importlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -49,6 +49,7 @@ from preemptdiag.model.records import (
 )
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
+from preemptdiag.scan.bulk import BIG_BYTES
 from preemptdiag.scan.limits import too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import plan, scan_parallel
@@ -105,9 +106,9 @@ def scan_sources(
 ) -> list[ScanResult]:
     """Scan every source, in order. With several jobs and enough work the files go
     to forked processes (parallel.plan) and the parent runs `preload` meanwhile;
-    otherwise this process scans, with `preload` in a thread only while a pipe is
-    read (see _in_background). More than `max_hits` hits in all is a DiagError
-    naming the source that crossed it (limits.py)."""
+    otherwise this process scans, with `preload` in a thread once a pipe has given
+    PRELOAD_AFTER bytes (see _Later). More than `max_hits` hits in all is a
+    DiagError naming the source that crossed it (limits.py)."""
     tasks = plan(sources, jobs, matcher.finder())
     done: dict[int, ScanResult] = {}
     if tasks:
@@ -118,13 +119,16 @@ def scan_sources(
         _check_limit(sources, done, max_hits)
     piped = any(s.path is None for s in sources)
     kept = sum(r.held for r in done.values())
-    with _in_background(preload) if preload is not None and piped else nullcontext():
+    later = _Later(preload) if preload is not None and piped else None
+    with later if later is not None else nullcontext():
         for i, src in enumerate(sources):
             if i in done:
                 continue
             left = None if max_hits is None else max_hits - kept
             start_fn = partial(progress, src.size) if progress and src.size else None
             progress_fn = start_fn() if start_fn else None
+            if progress_fn is None and later is not None and src.path is None:
+                progress_fn = later.read
             done[i] = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
             kept += done[i].held
     _check_limit(sources, done, max_hits)
@@ -166,21 +170,42 @@ def _redact_window(w: Window, redactor: Redactor) -> Window:
     return w if same else replace(w, evidence=evidence)
 
 
-@contextmanager
-def _in_background(work: Callable[[], None]) -> Iterator[None]:
-    """Run `work` in a thread while the block runs; joined before leaving.
+class _Later:
+    """Runs `work` in a thread once a pipe has given PRELOAD_AFTER bytes, while the
+    scan waits on the rest of it (`read` is the scan's progress callback); joined
+    when the block ends.
 
     Only worth it while the scan waits on a pipe. On a file the thread was measured
     to cost more than it saves (1 GiB: 0.67 s against 0.65 s importing after the
     scan, .gz alike): the import holds the GIL, and Hyperscan's callback for every
-    literal hit then waits for it, so the two run one after the other anyway.
+    literal hit then waits for it, so the two run one after the other anyway. Not
+    from the pipe's first byte: `kubectl logs pod | preemptdiag analyze -` of a
+    small log needs no polars at all (windows.SMALL_TABLE), and the import cost it
+    ~0.12 s of CPU and ~40 MiB.
     """
-    thread = threading.Thread(target=work, name="preload", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.work = work
+        self.seen = 0
+        self.thread: threading.Thread | None = None
+
+    def read(self, size: int) -> None:
+        self.seen += size
+        if self.thread is None and self.seen >= PRELOAD_AFTER:
+            self.thread = threading.Thread(target=self.work, name="preload", daemon=True)
+            self.thread.start()
+
+    def __enter__(self) -> _Later:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+
+# Piped bytes after which polars is imported beside the scan: bulk.BIG_BYTES, the
+# size from which a file's scan may turn to polars after its first dense block.
+PRELOAD_AFTER = BIG_BYTES
 
 
 def store_span(opts: Options, now: datetime | None = None) -> tuple[datetime, datetime]:
