@@ -91,6 +91,13 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("host_pressure", "high", False, "container memory limit", 1),
         Expect("host_pressure", "high", False, "container memory limit", 1),
     ),
+    # --data-parallel-size 2: two API servers, and vLLM turns its stats lines off. The
+    # log alone cannot tell a quiet engine from a thrashing one (never "healthy"); the
+    # scrapes can, and three of them over two minutes are a short look.
+    "dp_stats_off": (
+        Expect("insufficient_evidence", "low", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
+    ),
 }
 
 
@@ -258,3 +265,21 @@ def test_scrape_evidence_cites_the_counters_own_line(capsys: pytest.CaptureFixtu
     for e in scraped:
         lines = Path(e["file"]).read_text(encoding="utf-8").splitlines()
         assert lines[e["line"] - 1].startswith("vllm:num_preemptions_total{")
+
+
+def test_a_log_without_stats_lines_says_what_would_decide(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, report = analyze(capsys, *_files("dp_stats_off", False))
+    v, lever = report["verdict"], report["lever"]
+    assert v["why"] == (
+        "no stats lines: vLLM turned its stats lines off (api_server_count 2: each API "
+        "server sees only its own requests); this log cannot show KV usage, queueing or "
+        "preemptions"
+    )
+    # The engine's own warning is the evidence; /metrics is what can decide.
+    assert [e["line"] for e in v["evidence"]] == [111]
+    assert "disabling stats logging" in v["evidence"][0]["text"]
+    assert v["capture_next"].startswith("two /metrics scrapes during the incident")
+    assert lever["knob"] is None and v["capture_next"] in lever["rationale"]
+    assert {w["class"] for w in report["windows"]} == {"insufficient_evidence"}

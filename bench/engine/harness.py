@@ -218,6 +218,18 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect_text="Memory cgroup out of memory",
     ),
     Scenario(
+        name="dp_stats_off",
+        summary="--data-parallel-size 2: vLLM defaults api_server_count to 2 and turns its "
+        "stats lines off; 32 MiB pools, closed loop of 2, 128 output tokens, 60 s",
+        expect="insufficient_evidence",
+        kind="serve",
+        server_args=("--kv-cache-memory-bytes", "32M", "--data-parallel-size", "2", *COMMON),
+        load=Load(
+            mode="closed", concurrency=2, count=2000, duration_s=60, drain_s=60, max_tokens=128
+        ),
+        idle_after_s=10,
+    ),
+    Scenario(
         name="shutdown_race",
         summary="as healthy; kept only when the stop printed an EngineDeadError traceback",
         expect="healthy",

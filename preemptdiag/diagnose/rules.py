@@ -10,9 +10,7 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story, queueing_why
-from preemptdiag.diagnose.visibility import (
-    Visibility,
-)
+from preemptdiag.diagnose.visibility import CAPTURE_STATS_OFF, Visibility
 from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
@@ -277,6 +275,15 @@ def verdict(
             f"KV cache pinned at >= {thr.kv_pressure_pct:g}% with requests waiting in {n} "
             f"window(s), but {vis.reason}: preemption is suspected, not proven"
         )
+    evidence = _verdict_evidence(run)
+    capture = vis.capture_next if suspected else None
+    off = vis.stats_off_at(head.replica)
+    if cls is Class.INSUFFICIENT_EVIDENCE and off and not head.n_stats and not head.engine_deaths:
+        # (window rule PD106) the line that says the log has no stats lines is the
+        # evidence, and the engine's /metrics is what can decide
+        others = [e for e in evidence if (e.source, e.line) != (off.line.source, off.line.line)]
+        evidence = tuple(sorted([*others, off.line], key=lambda e: (e.source, e.line)))
+        capture = CAPTURE_STATS_OFF
     return Verdict(
         cls=cls,
         confidence=conf,
@@ -284,9 +291,9 @@ def verdict(
         end=run[-1].end,
         replica=run[0].replica,
         why=why,
-        evidence=_verdict_evidence(run),
+        evidence=evidence,
         cause=cause,
         consequence=consequence,
         suspected=suspected,
-        capture_next=vis.capture_next if suspected else None,
+        capture_next=capture,
     )

@@ -5,8 +5,9 @@ can show them, and only between the first and the last scrape."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from preemptdiag.model.records import EngineInfo, Event, Kind, Window
@@ -27,6 +28,15 @@ CAPTURE_LEGACY = (
 
 
 @dataclass(frozen=True, slots=True)
+class StatsOff:
+    """A replica whose engine prints no stats lines, and the line that says so."""
+
+    replica: str
+    why: str
+    line: Event
+
+
+@dataclass(frozen=True, slots=True)
 class Visibility:
     """Can this log show preemptions at all, and where?
 
@@ -37,6 +47,12 @@ class Visibility:
     capture_next: str | None
     reason: str
     covered: tuple[datetime, datetime] | None = None
+    # The replicas whose log says the engine prints no stats lines at all (stats_off):
+    # their quiet is no evidence of health.
+    stats_off: tuple[StatsOff, ...] = ()
+
+    def stats_off_at(self, replica: str) -> StatsOff | None:
+        return next((s for s in self.stats_off if s.replica == replica), None)
 
     def blind_at(self, w: Window) -> bool:
         if self.blind or self.covered is None:
@@ -53,7 +69,62 @@ _V1_SILENT = (
 )
 
 
+CAPTURE_STATS_OFF = (
+    "two /metrics scrapes during the incident, a few minutes apart (`curl -s "
+    "localhost:8000/metrics > t1.prom`, then t2.prom: every engine's series, by its "
+    "`engine` label), passed beside the log; or restart with --api-server-count 1 and "
+    "without --disable-log-stats, so the log gets a stats line per engine every 10 s"
+)
+# `disable_log_stats` on an args line: `'disable_log_stats': True` (V1's non-default
+# args), `disable_log_stats=True` (V0's Namespace); False is every V0 log's default.
+_STATS_OFF_ARG = re.compile(r"""\bdisable_log_stats['"]?\s*[:=]\s*True\b""")
+
+
+def stats_off(events: Sequence[Event]) -> tuple[StatsOff, ...]:
+    """The replicas whose log says the engine prints no stats lines, with the first line
+    that says so, and that have no stats from anywhere else (/metrics scrapes): vLLM's
+    own warning (more than one API server: `--api-server-count N`, or
+    `--data-parallel-size N`, which makes N of them by default), or --disable-log-stats
+    on the args line."""
+    seen = {e.replica for e in events if e.kind is Kind.STATS}
+    out: dict[str, StatsOff] = {}
+    for e in events:
+        if e.replica in out or e.replica in seen:
+            continue
+        if e.fields.get("subtype") == "stats_logging_off":
+            count = _api_servers(events, e.replica)
+            servers = f"api_server_count {count}" if count else "more than one API server"
+            why = (
+                f"vLLM turned its stats lines off ({servers}: each API server sees only "
+                "its own requests)"
+            )
+        elif e.kind is Kind.CONFIG and _STATS_OFF_ARG.search(str(e.fields.get("args") or e.text)):
+            why = "the engine was started with --disable-log-stats"
+        else:
+            continue
+        out[e.replica] = StatsOff(e.replica, why, e)
+    return tuple(out.values())
+
+
+def _api_servers(events: Sequence[Event], replica: str) -> str:
+    """N from the replica's args line (`'api_server_count': 2`), else nothing."""
+    for e in events:
+        if e.kind is Kind.CONFIG and e.replica == replica:
+            m = _API_SERVERS.search(str(e.fields.get("args") or e.text))
+            if m:
+                return m.group(1)
+    return ""
+
+
+_API_SERVERS = re.compile(r"""\bapi_server_count['"]?\s*[:=]\s*(\d+)""")
+
+
 def preemption_visibility(events: Sequence[Event], info: EngineInfo) -> Visibility:
+    """What this log can show of preemptions, and which replicas print no stats lines."""
+    return replace(_preemptions(events, info), stats_off=stats_off(events))
+
+
+def _preemptions(events: Sequence[Event], info: EngineInfo) -> Visibility:
     stats = [e for e in events if e.kind is Kind.STATS]
     if any(e.fields.get("preemptions") is not None for e in stats):
         return Visibility(False, None, "stats line carries a Preemptions field")

@@ -131,12 +131,25 @@ def engine_died(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
 
 
 def no_stats(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
-    """Only start-up or context lines: nothing to judge load by.
+    """Only start-up or context lines: nothing to judge load by. Insufficient evidence,
+    not healthy, where the log says the engine prints no stats lines at all (vLLM's
+    `disabling stats logging` warning with more than one API server, which
+    --data-parallel-size N gives by default; or --disable-log-stats).
 
+    Why: a quiet engine and one that stopped reporting look the same here; only the
+    second says so, and then its quiet is no evidence of health.
     Example: the `non-default args` and `KV cache size` lines before the first request.
     """
     if w.n_stats:
         return None
+    off = vis.stats_off_at(w.replica)
+    if off is not None:
+        return _set(
+            w,
+            Class.INSUFFICIENT_EVIDENCE,
+            Confidence.LOW,
+            f"no stats lines: {off.why}; this log cannot show KV usage, queueing or preemptions",
+        )
     return _set(w, Class.HEALTHY, Confidence.LOW, "start-up/context lines only")
 
 

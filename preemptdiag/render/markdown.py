@@ -44,6 +44,8 @@ def _verdict(report: Report) -> list[str]:
         out += [f"> **{common.no_evidence(v)}**", ""]
     if v.suspected:
         out += [f"> **{common.SUSPECTED}** — capture next: {v.capture_next or common.EMPTY}", ""]
+    elif v.capture_next:
+        out += [f"> **capture next:** {v.capture_next}", ""]
     out += [
         f"- **class:** `{v.cls}`",
         f"- **confidence:** {v.confidence}",

@@ -71,8 +71,9 @@ def sarif_dict(report: Report) -> dict[str, JSONValue]:
     notifications: list[JSONValue] = []
     if not v.evidence_found:
         notifications.append({"level": "warning", "message": {"text": common.no_evidence(v)}})
-    if v.suspected:
-        text = f"{common.SUSPECTED}; capture next: {v.capture_next or common.EMPTY}"
+    if v.suspected or v.capture_next:
+        text = f"capture next: {v.capture_next or common.EMPTY}"
+        text = f"{common.SUSPECTED}; {text}" if v.suspected else text
         notifications.append({"level": "note", "message": {"text": text}})
     invocation: dict[str, JSONValue] = {"executionSuccessful": True}
     if notifications:

@@ -55,7 +55,7 @@ def _verdict(console: Console, report: Report) -> None:
     cause = common.cause_line(v)
     if cause:
         rows.append(("cause", cause.removeprefix("cause: ")))
-    if v.suspected:
+    if v.suspected or v.capture_next:
         rows.append(("capture next", Text(v.capture_next or common.EMPTY, style="bold")))
     console.print(_fields(rows))
 
