@@ -111,6 +111,14 @@ OVERLOAD = Load(
 )
 COMMON = ("--max-model-len", "2048")
 
+
+def light(seconds: int) -> Load:
+    """A closed loop of 2 with 128 output tokens: no backlog, nothing preempted."""
+    return Load(
+        mode="closed", concurrency=2, count=2000, duration_s=seconds, drain_s=60, max_tokens=128
+    )
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="healthy",
@@ -118,9 +126,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="healthy",
         kind="serve",
         server_args=("--kv-cache-memory-bytes", "32M", *COMMON),
-        load=Load(
-            mode="closed", concurrency=2, count=2000, duration_s=75, drain_s=60, max_tokens=128
-        ),
+        load=light(75),
         idle_after_s=10,
     ),
     Scenario(
@@ -224,9 +230,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="insufficient_evidence",
         kind="serve",
         server_args=("--kv-cache-memory-bytes", "32M", "--data-parallel-size", "2", *COMMON),
-        load=Load(
-            mode="closed", concurrency=2, count=2000, duration_s=60, drain_s=60, max_tokens=128
-        ),
+        load=light(60),
         idle_after_s=10,
     ),
     Scenario(
@@ -235,9 +239,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="healthy",
         kind="serve",
         server_args=("--kv-cache-memory-bytes", "32M", *COMMON),
-        load=Load(
-            mode="closed", concurrency=2, count=2000, duration_s=30, drain_s=60, max_tokens=128
-        ),
+        load=light(30),
     ),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
