@@ -643,3 +643,39 @@ def test_damaged_generated_logs_through_the_lane_and_bulk_match_line_by_line() -
     assert tally.inputs == LANE_FUZZ_INPUTS
     assert tally.lane_blocks > 100  # the slice exercises the lane, not only its refusals
     assert not tally.found, "\n".join(tally.found)
+
+
+@pytest.mark.parametrize("block", [1500, 8192, 1 << 20])
+def test_data_parallel_engines_of_one_api_server_roll_up_apart(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--data-parallel-size 2 --api-server-count 1`: one process prints a line per engine
+    # every 10 s. Each engine has its own pool and queue, so a rollup holds one engine's
+    # lines (rollup.STREAM_FIELDS), in the lane as line by line.
+    rng = random.Random(7)
+    t = datetime(2026, 12, 6, 3, 44, 4)
+    lines = []
+    for _ in range(1200):
+        t += timedelta(seconds=10)
+        for engine in (0, 1):
+            lines.append(
+                f"(APIServer pid=9762) INFO {t:%m-%d %H:%M:%S} [loggers.py:335] Engine "
+                f"00{engine}: Avg prompt throughput: {rng.uniform(0, 99):.1f} tokens/s, Avg "
+                f"generation throughput: {rng.uniform(500, 1200):.1f} tokens/s, Running: "
+                f"{rng.randrange(3, 15)} reqs, Waiting: {rng.randrange(0, 180)} reqs, CPU KV "
+                f"cache usage: {rng.choice([80.6, 90.3, 96.8, 100.0])}%, Prefix cache hit rate: "
+                "0.0%"
+            )
+    path = tmp_path / "dp.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch, block, every=True)
+    assert any(taken)
+    carriers = [h for h in on.hits if h.rollup]
+    # a minute's six lines of each engine: two rollups a minute, each one engine's
+    assert {h.rollup.stats.n for h in carriers if h.rollup} <= {1, 2, 3, 4, 5, 6}
+    by_minute: dict[str | None, set[object]] = {}
+    for h in carriers:
+        assert h.rollup is not None
+        assert h.rollup.peak_first.fields["engine_idx"] == h.fields["engine_idx"]
+        by_minute.setdefault((h.ts_engine or "")[:11], set()).add(h.fields["engine_idx"])
+    assert sum(len(v) == 2 for v in by_minute.values()) >= len(by_minute) - 2

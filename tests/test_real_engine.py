@@ -98,6 +98,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "low", False, None, 0),
         Expect("healthy", "medium", False, None, 0),
     ),
+    # --data-parallel-size 2 --api-server-count 1: a stats line per engine, each engine
+    # its own rollup; both pools thrash (641 preemptions by the summed counter).
+    "dp_thrash": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
+    ),
 }
 
 
@@ -283,3 +289,17 @@ def test_a_log_without_stats_lines_says_what_would_decide(
     assert v["capture_next"].startswith("two /metrics scrapes during the incident")
     assert lever["knob"] is None and v["capture_next"] in lever["rationale"]
     assert {w["class"] for w in report["windows"]} == {"insufficient_evidence"}
+
+
+def test_data_parallel_engines_are_named_in_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("dp_thrash", True))
+    path = str(FIXTURES / "dp_thrash" / "server.log")
+    assert report["notes"][-1] == (
+        f"{path}: stats lines of 2 engines (data parallel: Engine 000, Engine 001) are "
+        "read as one replica: KV usage, Running and Waiting are each engine's, so a "
+        "window's maxima are its busiest engine's and its means and token rates one "
+        "engine's average, not their sum"
+    )
+    assert report["scan"]["recognised"]["stats"] == 20
+    # one engine's pool and its running batch: 0.9 x 4,096 tokens / (4,096 / 6 a seq)
+    assert report["lever"]["proposed"] == "5"

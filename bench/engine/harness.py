@@ -234,6 +234,28 @@ SCENARIOS: tuple[Scenario, ...] = (
         idle_after_s=10,
     ),
     Scenario(
+        name="dp_thrash",
+        summary="--data-parallel-size 2 --api-server-count 1 (one API server logs a stats "
+        "line per engine), 2 MiB pools (4,096 tokens each), open loop 6 req/s x 1,024 "
+        "tokens for 90 s; run with PREEMPTDIAG_ENGINE_WORKER_CPU=0 (the throttle reaches "
+        "one worker only, and would leave the engines unequal)",
+        expect="thrash_loop",
+        kind="serve",
+        server_args=(
+            "--kv-cache-memory-bytes",
+            "2M",
+            "--data-parallel-size",
+            "2",
+            "--api-server-count",
+            "1",
+            *COMMON,
+        ),
+        load=Load(
+            mode="open", rate=6.0, count=540, duration_s=90, max_in_flight=1200, max_tokens=1024
+        ),
+        idle_after_s=15,
+    ),
+    Scenario(
         name="shutdown_race",
         summary="as healthy; kept only when the stop printed an EngineDeadError traceback",
         expect="healthy",

@@ -20,6 +20,7 @@ from pathlib import Path
 from preemptdiag import __version__
 from preemptdiag.commands.notes import (
     alignment_notes,
+    engine_notes,
     how_dated,
     replica_notes,
     rotation_notes,
@@ -363,6 +364,7 @@ def _judged(
     notes.extend(alignment_notes(dated, opts.time))
     notes.extend(replica_notes(windows, opts.fail_on))
     notes.extend(spread_notes(windows))
+    notes.extend(engine_notes(events))
     stats = _scan_stats(results, logs, proms)
     if store is not None:
         stats = replace(

@@ -112,6 +112,29 @@ def alignment_notes(dated: Sequence[tuple[str, str | None]], time: TimeContext) 
     return out
 
 
+def engine_notes(events: Sequence[Event]) -> list[str]:
+    """Say when one replica's stats lines come from several engines (data parallel with
+    one API server: `Engine 000: ...`, `Engine 001: ...`), read together."""
+    seen: dict[str, set[int]] = {}
+    for e in events:
+        if e.kind is not Kind.STATS:
+            continue
+        lines = (e, e.rollup.last, e.rollup.peak_first) if e.rollup else (e,)
+        for line in lines:
+            idx = line.fields.get("engine_idx")
+            if isinstance(idx, int):
+                seen.setdefault(e.replica, set()).add(idx)
+    return [
+        f"{replica}: stats lines of {len(idx)} engines (data parallel: "
+        + ", ".join(f"Engine {i:03d}" for i in sorted(idx))
+        + ") are read as one replica: KV usage, Running and Waiting are each engine's, so "
+        "a window's maxima are its busiest engine's and its means and token rates one "
+        "engine's average, not their sum"
+        for replica, idx in sorted(seen.items())
+        if len(idx) > 1
+    ]
+
+
 def spread_notes(windows: Sequence[Window]) -> list[str]:
     """Say when per-window counts are estimates (a sampled counter's delta spread)."""
     spread = [w.preemptions_spread_over for w in windows if w.preemptions_spread_over]

@@ -61,6 +61,7 @@ from preemptdiag.scan.lines import _LEVEL_WORDS, _RECORD_START, sglang_rank
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher, ScanResult, cut
 from preemptdiag.scan.rollup import (
     AGG_FIELDS,
+    STREAM_FIELDS,
     RollupSink,
     key_of,
     last_fields,
@@ -463,13 +464,19 @@ def _columns(
     else:
         proc = pl.col("proc")
     kind = "sql" if sglang else ""
-    # The stream key (rollup.key_of) of a plain line: its signature, process and which
-    # fields are missing (the rest is the same on every line of one head here).
+    # The stream key (rollup.key_of) of a plain line: its signature, process, which
+    # fields are missing and its STREAM_FIELDS' values (the rest is the same on every
+    # line of one head here).
     stream = pl.concat_str(
         [
             pl.lit(f"{sig.id}\x00{kind}"),
             pl.col("proc").fill_null("\x01"),
             *(pl.col(f"f_{n}").is_null().cast(pl.Utf8) for n in sig.fields),
+            *(
+                pl.col(f"f_{n}").cast(pl.Utf8).fill_null("\x01")
+                for n in STREAM_FIELDS
+                if n in sig.fields
+            ),
         ],
         separator="\x00",
     )

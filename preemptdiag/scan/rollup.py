@@ -40,6 +40,10 @@ U = TypeVar("U")
 # The fields windows and compare aggregate, in Rollup.sums/counts/maxes order.
 AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
 KV, RUNNING, WAITING = 0, 1, 2
+# Fields whose value makes a stream of its own: data-parallel engines behind one API
+# server print a line each (`Engine 000: ...`, `Engine 001: ...`), with a KV pool, a
+# queue and a running batch each; one rollup holds one engine's lines.
+STREAM_FIELDS = ("engine_idx",)
 # The fields windows read off a rollup's last line (its last values).
 LAST_FIELDS = ("waiting", "swapped")
 
@@ -138,6 +142,7 @@ def key_of(
         wrapper.kind if wrapper else "",
         tuple([v is None for v in fields.values()]),
         " llm_engine.py:" in text,  # rules.preemption_visibility reads it
+        tuple([fields.get(k) for k in STREAM_FIELDS]),
     )
 
 
