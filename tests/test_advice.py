@@ -177,3 +177,49 @@ def test_an_assumed_default_rolls_back_by_dropping_the_flag() -> None:
         verdict(Class.THRASH_LOOP), [thrash_window(99.0, 37)], [], Facts(), V0, Thresholds()
     )
     assert lever.rollback.startswith("restore the launch command without --max-num-seqs")
+
+
+V1_CPU = EngineInfo("vllm", "v1", "0.32.0")
+CPU_LINE = make_event(Kind.CAPACITY, {"kv_tokens": 4096, "kv_device": "CPU"})
+
+
+def test_a_cpu_backend_log_assumes_the_cpu_default_cap() -> None:
+    # vLLM's CPU backend defaults --max-num-seqs to 128 x world size (0.32.0-0.34.0
+    # engine/arg_utils.py), not the GPU's 256: 200 ran with 2-way tensor parallelism.
+    facts = Facts(knobs={"tensor_parallel_size": "2"})
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 200)], [CPU_LINE], facts, V1_CPU,
+        Thresholds(),
+    )  # fmt: skip
+    assert lever.arithmetic[0] == (
+        "current --max-num-seqs: vLLM 0.32.0's CPU-backend default 128 × tensor_parallel_size "
+        "2 (assumed: not in the log)"
+    )
+    assert (lever.current, lever.proposed) == (None, "180")
+    # A configured default is the user's word for their fleet: it wins.
+    mine = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 50)], [CPU_LINE], Facts(), V1_CPU,
+        Thresholds(default_max_num_seqs=64),
+    )  # fmt: skip
+    assert mine.arithmetic[0] == "current --max-num-seqs: default 64 (assumed: not in the log)"
+    # Before 0.32 the CPU default is not known here: the threshold.
+    old = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(99.0, 50)], [CPU_LINE], Facts(),
+        EngineInfo("vllm", "v1", "0.10.0"), Thresholds(),
+    )  # fmt: skip
+    assert old.arithmetic[0] == "current --max-num-seqs: default 256 (assumed: not in the log)"
+
+
+def test_more_running_than_the_assumed_default_means_a_higher_cap() -> None:
+    # 600 ran on a GPU: the cap was not 256 (an H100's default is 1024). The demand-based
+    # 300 is below what ran, so it bites; "not below the cap 256" would have dropped it.
+    facts = Facts(kv_tokens=100_000)
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(100.0, 600)], [], facts,
+        EngineInfo("vllm", "v1", "0.32.0"), Thresholds(),
+    )  # fmt: skip
+    assert lever.arithmetic[1] == (
+        "current --max-num-seqs: not in the log, and Running reached 600 > default 256: the "
+        "cap is at least 600 (vLLM's default is 1024 on a GPU of 70 GiB or more)"
+    )
+    assert (lever.current, lever.proposed) == (None, "540")

@@ -89,7 +89,9 @@ def test_a_preemptions_field_that_appears_is_evidence(
     assert (lever["knob"], lever["current"]) == ("--max-num-seqs", None)
     assert lever["arithmetic"][:2] == [
         "KV tokens = 32,768 (start-up KV token count)",
-        "current --max-num-seqs: default 256 (assumed: not in the log)",
+        # (the real 0.32.0 CPU build's own default, not a GPU's)
+        "current --max-num-seqs: vLLM 0.32.0's CPU-backend default 128 × tensor_parallel_size "
+        "1 (assumed: not in the log)",
     ]
 
 

@@ -21,6 +21,7 @@ from preemptdiag.diagnose.runbook import (
     VERIFY_PREEMPT,
     VERIFY_RETRACT,
 )
+from preemptdiag.diagnose.stories import cpu_backend
 from preemptdiag.diagnose.way_back import with_way_back
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.errors import DiagError
@@ -32,6 +33,7 @@ from preemptdiag.model.records import (
     Verdict,
     Window,
 )
+from preemptdiag.timeline.events import version_at_least
 from preemptdiag.timeline.knobs import Facts
 
 
@@ -91,7 +93,7 @@ def _choose(
     engine = info.engine if info.engine != "unknown" else "vllm"
     cls = verdict.cls
     if cls is Class.THRASH_LOOP:
-        return _thrash(verdict, windows, facts, engine, thr)
+        return _thrash(verdict, windows, facts, engine, thr, _assumed_cap(events, info, facts, thr))
     if cls is Class.ALLOCATION_FAILURE:
         return allocation_lever(verdict, events, facts, engine, info, thr.default_max_num_seqs)
     if cls is Class.HOST_PRESSURE:
@@ -124,14 +126,39 @@ def _choose(
 # --- thrash -----------------------------------------------------------------------
 
 
+def _assumed_cap(
+    events: Sequence[Event], info: EngineInfo, facts: Facts, thr: Thresholds
+) -> tuple[int, str] | None:
+    """The --max-num-seqs a vLLM engine ran with where its log shows none, and how the
+    arithmetic names it: the CPU backend's own default from 0.32 on (128 x world size,
+    engine/arg_utils.py in 0.32.0, 0.33.0 and 0.34.0: a real 0.32.0 CPU run printed its
+    `CPU KV cache usage`), unless default_max_num_seqs was configured; else that
+    threshold. None for SGLang (its cap is sized from its own start-up line)."""
+    if info.engine == "sglang":
+        return None
+    built_in = Thresholds().default_max_num_seqs
+    if (
+        thr.default_max_num_seqs == built_in
+        and cpu_backend(events)
+        and version_at_least(info, 0, 32)
+    ):
+        tp = facts.knob_int("tensor_parallel_size") or 1
+        return 128 * tp, (
+            f"vLLM {info.version}'s CPU-backend default 128 × tensor_parallel_size {tp}"
+        )
+    return thr.default_max_num_seqs, f"default {thr.default_max_num_seqs}"
+
+
 def _thrash(
-    verdict: Verdict, windows: Sequence[Window], facts: Facts, engine: str, thr: Thresholds
+    verdict: Verdict,
+    windows: Sequence[Window],
+    facts: Facts,
+    engine: str,
+    thr: Thresholds,
+    assumed: tuple[int, str] | None,
 ) -> Lever:
-    knob, default = (
-        ("--max-running-requests", None)
-        if engine == "sglang"
-        else ("--max-num-seqs", thr.default_max_num_seqs)
-    )
+    knob = "--max-running-requests" if engine == "sglang" else "--max-num-seqs"
+    default, said = assumed if assumed is not None else (None, "")
     current_key = "max_running_requests" if engine == "sglang" else "max_num_seqs"
     current = facts.knob_int(current_key)
     # `current` is what the log shows; an assumed default is said in the arithmetic.
@@ -189,13 +216,19 @@ def _thrash(
         except DiagError:
             proposed = None
     cap = current if current is not None else default
-    if current is None and default is not None:
-        arithmetic.insert(
-            1 if arithmetic else 0,
-            f"current {knob}: default {default} (assumed: not in the log)",
-        )
     # A cap only changes anything below what actually ran: at the thrash's peak.
     ran = max((w.running_max for w in thrash if w.running_max is not None), default=None)
+    if current is None and default is not None:
+        assumed_line = f"current {knob}: {said} (assumed: not in the log)"
+        if ran is not None and ran > default:
+            # More ran than the assumed cap allows: the engine's cap is another (vLLM's
+            # own default is 1024 on a GPU of 70 GiB or more), at least what ran.
+            cap = ran
+            assumed_line = (
+                f"current {knob}: not in the log, and Running reached {ran} > {said}: "
+                f"the cap is at least {ran} (vLLM's default is 1024 on a GPU of 70 GiB or more)"
+            )
+        arithmetic.insert(1 if arithmetic else 0, assumed_line)
     if proposed is not None and cap is not None and proposed >= cap:
         arithmetic.append(
             f"the demand-based value {proposed} is not below the current cap {cap}: a cap "
