@@ -359,6 +359,7 @@ def test_summarize() -> None:
         "waiting_max": 73.0,
         "completed": 40.0,
         "e2e_p95_last": None,
+        "with_engine_series": 2,
     }
 
 

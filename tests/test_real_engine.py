@@ -98,6 +98,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "low", False, None, 0),
         Expect("healthy", "medium", False, None, 0),
     ),
+    # --disable-log-stats: no stats line, and no vllm:* series in /metrics either (the
+    # scrapes hold only process metrics): nothing can decide but a run without it.
+    "stats_disabled": (
+        Expect("insufficient_evidence", "low", False, None, 0),
+        Expect("insufficient_evidence", "low", False, None, 0),
+    ),
     # --data-parallel-size 2 --api-server-count 1: a stats line per engine, each engine
     # its own rollup; both pools thrash (641 preemptions by the summed counter).
     "dp_thrash": (
@@ -303,3 +309,15 @@ def test_data_parallel_engines_are_named_in_a_note(capsys: pytest.CaptureFixture
     assert report["scan"]["recognised"]["stats"] == 20
     # one engine's pool and its running batch: 0.9 x 4,096 tokens / (4,096 / 6 a seq)
     assert report["lever"]["proposed"] == "5"
+
+
+def test_disable_log_stats_leaves_nothing_to_scrape(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("stats_disabled", True))
+    v = report["verdict"]
+    assert v["why"].startswith("no stats lines: the engine was started with --disable-log-stats")
+    assert v["capture_next"].startswith("a run without --disable-log-stats")
+    assert [e["text"].split("] ", 1)[1][:18] for e in v["evidence"]] == ["non-default args: "]
+    assert report["notes"] == [
+        "/metrics: 3 scrape(s) over 51 s, none holds a vllm:* series (--disable-log-stats "
+        "turns them off)"
+    ]

@@ -29,7 +29,7 @@ def test_case(case: dict[str, Any]) -> None:
     w, thr = _window(case), Thresholds()
     # `stats_off`: the log says this window's engine prints no stats lines
     off = (
-        (StatsOff(w.replica, "case", make_event(Kind.CONTEXT, {})),)
+        (StatsOff(w.replica, "case", make_event(Kind.CONTEXT, {}), ""),)
         if case.get("stats_off")
         else ()
     )

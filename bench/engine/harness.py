@@ -234,6 +234,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         idle_after_s=10,
     ),
     Scenario(
+        name="stats_disabled",
+        summary="as healthy with --disable-log-stats: no stats line, and no warning says so "
+        "(only the args line)",
+        expect="insufficient_evidence",
+        kind="serve",
+        server_args=("--kv-cache-memory-bytes", "32M", "--disable-log-stats", *COMMON),
+        load=light(40),
+        idle_after_s=10,
+    ),
+    Scenario(
         name="dp_thrash",
         summary="--data-parallel-size 2 --api-server-count 1 (one API server logs a stats "
         "line per engine), 2 MiB pools (4,096 tokens each), open loop 6 req/s x 1,024 "

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story, queueing_why
-from preemptdiag.diagnose.visibility import CAPTURE_STATS_OFF, Visibility
+from preemptdiag.diagnose.visibility import Visibility
 from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
@@ -283,7 +283,7 @@ def verdict(
         # evidence, and the engine's /metrics is what can decide
         others = [e for e in evidence if (e.source, e.line) != (off.line.source, off.line.line)]
         evidence = tuple(sorted([*others, off.line], key=lambda e: (e.source, e.line)))
-        capture = CAPTURE_STATS_OFF
+        capture = off.capture
     return Verdict(
         cls=cls,
         confidence=conf,

@@ -34,6 +34,7 @@ class StatsOff:
     replica: str
     why: str
     line: Event
+    capture: str  # what would show the load
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +70,16 @@ _V1_SILENT = (
 )
 
 
-CAPTURE_STATS_OFF = (
+CAPTURE_API_SERVERS = (
     "two /metrics scrapes during the incident, a few minutes apart (`curl -s "
     "localhost:8000/metrics > t1.prom`, then t2.prom: every engine's series, by its "
-    "`engine` label), passed beside the log; or restart with --api-server-count 1 and "
-    "without --disable-log-stats, so the log gets a stats line per engine every 10 s"
+    "`engine` label), passed beside the log; or restart with --api-server-count 1, so "
+    "the log gets a stats line per engine every 10 s"
+)
+CAPTURE_NO_LOG_STATS = (
+    "a run without --disable-log-stats: the flag turns off the stats lines and /metrics' "
+    "vllm:* series alike (a real 0.32.0 served none), so nothing shows KV usage, "
+    "queueing or preemptions until it is dropped"
 )
 # `disable_log_stats` on an args line: `'disable_log_stats': True` (V1's non-default
 # args), `disable_log_stats=True` (V0's Namespace); False is every V0 log's default.
@@ -98,11 +104,13 @@ def stats_off(events: Sequence[Event]) -> tuple[StatsOff, ...]:
                 f"vLLM turned its stats lines off ({servers}: each API server sees only "
                 "its own requests)"
             )
+            capture = CAPTURE_API_SERVERS
         elif e.kind is Kind.CONFIG and _STATS_OFF_ARG.search(str(e.fields.get("args") or e.text)):
             why = "the engine was started with --disable-log-stats"
+            capture = CAPTURE_NO_LOG_STATS
         else:
             continue
-        out[e.replica] = StatsOff(e.replica, why, e)
+        out[e.replica] = StatsOff(e.replica, why, e, capture)
     return tuple(out.values())
 
 

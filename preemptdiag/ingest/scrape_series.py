@@ -78,7 +78,14 @@ def summarize(scrapes: Sequence[Scrape]) -> dict[str, object]:
         "waiting_max": _max_known(s.values.get("waiting") for s in ordered),
         "completed": _sum_known(d.completed for d in ds),
         "e2e_p95_last": last.values.get("e2e_p95") if last else None,
+        "with_engine_series": sum(1 for s in scrapes if _ENGINE_SERIES & s.values.keys()),
     }
+
+
+# The values a scrape holds only when the engine exports its vllm:* series.
+_ENGINE_SERIES = frozenset(
+    {"kv_usage_perc", "running", "waiting", "preemptions_total", "request_success_total"}
+)
 
 
 def _increase(a: float | None, b: float | None, restarted: bool) -> tuple[float | None, bool]:

