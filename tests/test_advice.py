@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from builders import make_event, make_window
@@ -223,3 +224,27 @@ def test_more_running_than_the_assumed_default_means_a_higher_cap() -> None:
         "cap is at least 600 (vLLM's default is 1024 on a GPU of 70 GiB or more)"
     )
     assert (lever.current, lever.proposed) == (None, "540")
+
+
+def test_aggregated_engines_size_a_cap_per_engine() -> None:
+    # `2 Engines Aggregated: ... Running: 12 reqs, ... KV cache usage: 100.0%` (a real
+    # 0.32.0 with --aggregate-engine-logging): Running over both pools, KV usage their
+    # mean. 12 sequences fill 2 x 4,096 tokens: 682.67 a sequence, 5 a pool, as one
+    # engine's own lines (`Running: 6 reqs, ... 100.0%`) size it.
+    line = make_event(Kind.STATS, {"engines_aggregated": 2, "kv_usage": 100.0, "running": 12})
+    line = replace(line, replica="a")
+    lever = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(100.0, 12)], [line], Facts(kv_tokens=4096),
+        V1_CPU, Thresholds(),
+    )  # fmt: skip
+    assert lever.arithmetic[0] == (
+        "KV tokens = 4,096 (start-up lines) a pool × 2 engines = 8,192: the stats lines are "
+        "2 Engines Aggregated (Running their sum, KV usage their pools' mean)"
+    )
+    assert lever.arithmetic[-1] == "--max-num-seqs (a cap per engine) = floor(10 / 2) = 5"
+    assert lever.proposed == "5"
+    per_engine = choose_lever(
+        verdict(Class.THRASH_LOOP), [thrash_window(100.0, 6)], [], Facts(kv_tokens=4096),
+        V1_CPU, Thresholds(),
+    )  # fmt: skip
+    assert per_engine.proposed == "5"

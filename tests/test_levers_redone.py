@@ -74,6 +74,12 @@ def test_every_lever_can_be_redone_by_hand(
     sized = re.search(rf"= floor\({NUM} × {NUM} / {NUM}\) = {NUM}", text)
     if sized:  # the cap from capacity: floor(headroom × KV tokens / live tokens per seq)
         h, kv, live, got = map(_n, sized.groups())
+        per_engine = re.search(rf"\(a cap per engine\) = floor\({NUM} / {NUM}\) = {NUM}", text)
+        engines = Fraction(1)
+        if per_engine:  # `N Engines Aggregated` lines: all the pools, then a cap per engine
+            total, engines, each = map(_n, per_engine.groups())
+            assert total == got and each == math.floor(total / engines)
+            got = each
         assert got == _n(lever["proposed"])
         # The per-seq figure is printed rounded; the exact form redoes without rounding.
         exact = re.search(
@@ -81,16 +87,18 @@ def test_every_lever_can_be_redone_by_hand(
         )
         assert exact is not None
         h2, running_, usage_, got2 = map(_n, exact.groups())
-        assert h2 == h and math.floor(h * running_ / (usage_ / 100)) == got2 == got
-        assert abs(math.floor(h * kv / live) - got) <= 1
+        assert h2 == h and math.floor(h * running_ / (usage_ / 100)) == got2
+        assert math.floor(got2 / engines) == got
+        assert abs(math.floor(h * kv / live) - got * engines) <= engines
         p95 = re.search(rf"= {NUM} / 100 × {NUM} / {NUM} = {NUM} live tokens", text)
         assert p95 is not None
         usage, kv2, running, live2 = map(_n, p95.groups())
         assert kv2 == kv and live2 == live
         assert abs(usage / 100 * kv / running - live) < Fraction(1, 100)
         cited = _cited(report, "kv_tokens")
+        pool = kv / engines
         assert cited is not None and (
-            f"{int(kv):,}" in cited or str(int(kv)) in cited or "blocks" in cited
+            f"{int(pool):,}" in cited or str(int(pool)) in cited or "blocks" in cited
         )
         return
     holds = re.search(r"the error says the KV cache holds (\d+) tokens", text)

@@ -98,6 +98,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "low", False, None, 0),
         Expect("healthy", "medium", False, None, 0),
     ),
+    # --aggregate-engine-logging: one line for both engines, Running summed and KV usage
+    # the pools' mean; the cap is sized per engine from both pools (4, not 8).
+    "dp_aggregated": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
+    ),
     # --disable-log-stats: no stats line, and no vllm:* series in /metrics either (the
     # scrapes hold only process metrics): nothing can decide but a run without it.
     "stats_disabled": (
@@ -321,3 +327,14 @@ def test_disable_log_stats_leaves_nothing_to_scrape(capsys: pytest.CaptureFixtur
         "/metrics: 3 scrape(s) over 51 s, none holds a vllm:* series (--disable-log-stats "
         "turns them off)"
     ]
+
+
+def test_aggregated_engines_get_a_cap_per_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("dp_aggregated", True))
+    lever = report["lever"]
+    assert lever["arithmetic"][0].startswith(
+        "KV tokens = 4,096 (start-up KV token count) a pool × 2"
+    )
+    assert lever["arithmetic"][-1] == "--max-num-seqs (a cap per engine) = floor(8 / 2) = 4"
+    assert lever["proposed"] == "4"
+    assert "stats lines of 2 Engines Aggregated" in report["notes"][-1]

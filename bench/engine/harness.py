@@ -110,6 +110,20 @@ OVERLOAD = Load(
     mode="open", rate=3.0, count=900, duration_s=300, max_in_flight=1200, max_tokens=1024
 )
 COMMON = ("--max-model-len", "2048")
+# Two data-parallel engines of 2 MiB pools (4,096 tokens each) behind one API server,
+# and an overload for them (6 req/s x 1,024 tokens for 90 s).
+DP_ONE_SERVER = (
+    "--kv-cache-memory-bytes",
+    "2M",
+    "--data-parallel-size",
+    "2",
+    "--api-server-count",
+    "1",
+    *COMMON,
+)
+DP_OVERLOAD = Load(
+    mode="open", rate=6.0, count=540, duration_s=90, max_in_flight=1200, max_tokens=1024
+)
 
 
 def light(seconds: int) -> Load:
@@ -251,18 +265,19 @@ SCENARIOS: tuple[Scenario, ...] = (
         "one worker only, and would leave the engines unequal)",
         expect="thrash_loop",
         kind="serve",
-        server_args=(
-            "--kv-cache-memory-bytes",
-            "2M",
-            "--data-parallel-size",
-            "2",
-            "--api-server-count",
-            "1",
-            *COMMON,
-        ),
-        load=Load(
-            mode="open", rate=6.0, count=540, duration_s=90, max_in_flight=1200, max_tokens=1024
-        ),
+        server_args=DP_ONE_SERVER,
+        load=DP_OVERLOAD,
+        idle_after_s=15,
+    ),
+    Scenario(
+        name="dp_aggregated",
+        summary="as dp_thrash with --aggregate-engine-logging: one `2 Engines Aggregated` "
+        "line (Running and Waiting summed, KV usage the pools' mean); run with "
+        "PREEMPTDIAG_ENGINE_WORKER_CPU=0",
+        expect="thrash_loop",
+        kind="serve",
+        server_args=(*DP_ONE_SERVER, "--aggregate-engine-logging"),
+        load=DP_OVERLOAD,
         idle_after_s=15,
     ),
     Scenario(

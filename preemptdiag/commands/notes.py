@@ -116,15 +116,17 @@ def engine_notes(events: Sequence[Event]) -> list[str]:
     """Say when one replica's stats lines come from several engines (data parallel with
     one API server: `Engine 000: ...`, `Engine 001: ...`), read together."""
     seen: dict[str, set[int]] = {}
+    summed: dict[str, int] = {}
     for e in events:
         if e.kind is not Kind.STATS:
             continue
-        lines = (e, e.rollup.last, e.rollup.peak_first) if e.rollup else (e,)
-        for line in lines:
-            idx = line.fields.get("engine_idx")
-            if isinstance(idx, int):
-                seen.setdefault(e.replica, set()).add(idx)
-    return [
+        idx = e.fields.get("engine_idx")
+        if isinstance(idx, int):  # (a rollup holds one engine's lines: rollup.STREAM_FIELDS)
+            seen.setdefault(e.replica, set()).add(idx)
+        n = e.fields.get("engines_aggregated")
+        if isinstance(n, int) and n > 1:
+            summed[e.replica] = max(n, summed.get(e.replica, 0))
+    notes = [
         f"{replica}: stats lines of {len(idx)} engines (data parallel: "
         + ", ".join(f"Engine {i:03d}" for i in sorted(idx))
         + ") are read as one replica: KV usage, Running and Waiting are each engine's, so "
@@ -133,6 +135,14 @@ def engine_notes(events: Sequence[Event]) -> list[str]:
         for replica, idx in sorted(seen.items())
         if len(idx) > 1
     ]
+    notes += [
+        f"{replica}: stats lines of {n} Engines Aggregated (--aggregate-engine-logging): "
+        "Running and Waiting are the engines' sums and KV usage their pools' mean, so one "
+        "engine's full pool can hide under a calm mean (each engine's own KV usage is in "
+        "/metrics, by its `engine` label)"
+        for replica, n in sorted(summed.items())
+    ]
+    return notes
 
 
 def spread_notes(windows: Sequence[Window]) -> list[str]:

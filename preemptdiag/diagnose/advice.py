@@ -29,6 +29,7 @@ from preemptdiag.model.records import (
     Class,
     EngineInfo,
     Event,
+    Kind,
     Lever,
     Verdict,
     Window,
@@ -93,7 +94,10 @@ def _choose(
     engine = info.engine if info.engine != "unknown" else "vllm"
     cls = verdict.cls
     if cls is Class.THRASH_LOOP:
-        return _thrash(verdict, windows, facts, engine, thr, _assumed_cap(events, info, facts, thr))
+        assumed = _assumed_cap(events, info, facts, thr)
+        return _thrash(
+            verdict, windows, facts, engine, thr, assumed, _aggregated(events, verdict.replica)
+        )
     if cls is Class.ALLOCATION_FAILURE:
         return allocation_lever(verdict, events, facts, engine, info, thr.default_max_num_seqs)
     if cls is Class.HOST_PRESSURE:
@@ -149,6 +153,18 @@ def _assumed_cap(
     return thr.default_max_num_seqs, f"default {thr.default_max_num_seqs}"
 
 
+def _aggregated(events: Sequence[Event], replica: str) -> int:
+    """How many data-parallel engines the replica's stats lines sum up (`N Engines
+    Aggregated: ...`, vLLM's --aggregate-engine-logging): their Running and Waiting are
+    the engines' sums and their KV usage the pools' mean; 1 for one engine's lines."""
+    n = 1
+    for e in events:
+        if e.kind is Kind.STATS and e.replica == replica:
+            got = e.fields.get("engines_aggregated")
+            n = max(n, got if isinstance(got, int) else 1)
+    return n
+
+
 def _thrash(
     verdict: Verdict,
     windows: Sequence[Window],
@@ -156,6 +172,7 @@ def _thrash(
     engine: str,
     thr: Thresholds,
     assumed: tuple[int, str] | None,
+    engines: int = 1,
 ) -> Lever:
     knob = "--max-running-requests" if engine == "sglang" else "--max-num-seqs"
     default, said = assumed if assumed is not None else (None, "")
@@ -204,8 +221,10 @@ def _thrash(
     proposed: int | None = None
     if facts.kv_tokens and peaks:
         try:
+            # Aggregated lines: Running over all the engines' pools, KV usage their mean.
+            pools = facts.kv_tokens * engines
             proposed, _p95, lines = max_num_seqs_from_observed(
-                facts.kv_tokens, [(float(k), int(r)) for k, r in peaks], thr.headroom
+                pools, [(float(k), int(r)) for k, r in peaks], thr.headroom
             )
             src = facts.kv_tokens_how or "start-up lines"
             # The sizing speaks the engine's own flag (SGLang: --max-running-requests).
@@ -213,11 +232,23 @@ def _thrash(
                 f"KV tokens = {facts.kv_tokens:,} ({src})",
                 *(ln.replace("--max-num-seqs", knob) for ln in lines),
             ]
+            if engines > 1:
+                total = proposed
+                proposed = max(1, total // engines)
+                arithmetic = [
+                    f"KV tokens = {facts.kv_tokens:,} ({src}) a pool × {engines} engines = "
+                    f"{pools:,}: the stats lines are {engines} Engines Aggregated (Running "
+                    "their sum, KV usage their pools' mean)",
+                    *(ln.replace("--max-num-seqs", "sequences of all the engines") for ln in lines),
+                    f"{knob} (a cap per engine) = floor({total:,} / {engines}) = {proposed:,}",
+                ]
         except DiagError:
             proposed = None
     cap = current if current is not None else default
     # A cap only changes anything below what actually ran: at the thrash's peak.
     ran = max((w.running_max for w in thrash if w.running_max is not None), default=None)
+    if ran is not None and engines > 1:
+        ran = -(-ran // engines)  # summed over the engines: at least this many ran on one
     if current is None and default is not None:
         assumed_line = f"current {knob}: {said} (assumed: not in the log)"
         if ran is not None and ran > default:
