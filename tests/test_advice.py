@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from builders import make_event, make_window
 
@@ -232,11 +232,13 @@ def test_aggregated_engines_size_a_cap_per_engine() -> None:
     # mean. 12 sequences fill 2 x 4,096 tokens: 682.67 a sequence, 5 a pool, as one
     # engine's own lines (`Running: 6 reqs, ... 100.0%`) size it.
     line = make_event(Kind.STATS, {"engines_aggregated": 2, "kv_usage": 100.0, "running": 12})
-    line = replace(line, replica="a")
+    line = replace(line, replica="a", ts=T0 + timedelta(seconds=20))
+    # the window's own peak is a /metrics scrape's (one engine full, its 4 running): the
+    # aggregated lines' pairs size the cap, in their units
+    window = replace(thrash_window(100.0, 4), start=T0, end=T0 + timedelta(minutes=1), replica="a")
     lever = choose_lever(
-        verdict(Class.THRASH_LOOP), [thrash_window(100.0, 12)], [line], Facts(kv_tokens=4096),
-        V1_CPU, Thresholds(),
-    )  # fmt: skip
+        verdict(Class.THRASH_LOOP), [window], [line], Facts(kv_tokens=4096), V1_CPU, Thresholds()
+    )
     assert lever.arithmetic[0] == (
         "KV tokens = 4,096 (start-up lines) a pool × 2 engines = 8,192: the stats lines are "
         "2 Engines Aggregated (Running their sum, KV usage their pools' mean)"

@@ -76,6 +76,7 @@ def test_created_series_are_not_values() -> None:
         "running": 119.0,
         "waiting": 73.0,
         "request_success_total": 12.0,
+        "peak_running": 58.0,  # both at 0.5: the fewer running of the two
     }
 
 
@@ -443,3 +444,18 @@ def test_a_scrape_time_dateutil_cannot_divide_is_one_line() -> None:
     )
     with pytest.raises(DiagError, match=r"^t\.prom:1: cannot read scrape timestamp"):
         parse_scrapes(text, "t.prom", None)
+
+
+def test_several_engines_keep_the_running_of_the_fullest() -> None:
+    # KV usage is the fullest engine's (max) but Running the engines' sum: with both,
+    # a sequence would look twice too small. The running of the engine whose KV usage
+    # it is goes beside them.
+    first, _ = parse_scrapes(TWO_V1, "t.prom", None)
+    assert (first.values["kv_usage_perc"], first.values["running"]) == (pytest.approx(91.0), 119.0)
+    assert first.values["peak_running"] == 61.0  # engine 0: 0.91
+    flipped = TWO_V1.replace(" 0.91\n", " 0.5\n", 1)
+    assert parse_scrapes(flipped, "t.prom", None)[0].values["peak_running"] == 58.0  # engine 1
+    tied = TWO_V1.replace(" 0.91\n", " 0.87\n", 1)
+    assert parse_scrapes(tied, "t.prom", None)[0].values["peak_running"] == 58.0  # fewest
+    one = "\n".join(ln for ln in TWO_V1.splitlines() if 'engine="1"' not in ln) + "\n"
+    assert "peak_running" not in parse_scrapes(one, "t.prom", None)[0].values

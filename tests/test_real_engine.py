@@ -98,6 +98,12 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "low", False, None, 0),
         Expect("healthy", "medium", False, None, 0),
     ),
+    # Two engines, two API servers (the default): no stats lines; the scrapes, one series
+    # per engine, show the thrash, and size the cap from the fullest engine's running.
+    "dp_thrash_stats_off": (
+        Expect("insufficient_evidence", "low", False, None, 0),
+        Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
+    ),
     # --aggregate-engine-logging: one line for both engines, Running summed and KV usage
     # the pools' mean; the cap is sized per engine from both pools (4, not 8).
     "dp_aggregated": (
@@ -338,3 +344,16 @@ def test_aggregated_engines_get_a_cap_per_engine(capsys: pytest.CaptureFixture[s
     assert lever["arithmetic"][-1] == "--max-num-seqs (a cap per engine) = floor(8 / 2) = 4"
     assert lever["proposed"] == "4"
     assert "stats lines of 2 Engines Aggregated" in report["notes"][-1]
+
+
+def test_scrapes_of_several_engines_size_the_cap_from_the_fullest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # metrics-2-during.prom: engine 0 at 96.8 % with 8 running, engine 1 at 100 % with
+    # 7. The fullest engine's running (7), not both engines' (15): a cap of 6, not 13.
+    _, report = analyze(capsys, *_files("dp_thrash_stats_off", True))
+    lever = report["lever"]
+    assert lever["arithmetic"][3] == (
+        "p95 (nearest rank 1 of 1) = 100 / 100 × 4,096 / 7 = 585.14 live tokens per seq"
+    )
+    assert lever["proposed"] == "6"

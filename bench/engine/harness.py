@@ -110,17 +110,11 @@ OVERLOAD = Load(
     mode="open", rate=3.0, count=900, duration_s=300, max_in_flight=1200, max_tokens=1024
 )
 COMMON = ("--max-model-len", "2048")
-# Two data-parallel engines of 2 MiB pools (4,096 tokens each) behind one API server,
-# and an overload for them (6 req/s x 1,024 tokens for 90 s).
-DP_ONE_SERVER = (
-    "--kv-cache-memory-bytes",
-    "2M",
-    "--data-parallel-size",
-    "2",
-    "--api-server-count",
-    "1",
-    *COMMON,
-)
+# Two data-parallel engines of 2 MiB pools (4,096 tokens each), by default behind two
+# API servers (no stats lines) or behind one, and an overload for them (6 req/s x 1,024
+# tokens for 90 s).
+DP_POOLS = ("--kv-cache-memory-bytes", "2M", "--data-parallel-size", "2", *COMMON)
+DP_ONE_SERVER = (*DP_POOLS, "--api-server-count", "1")
 DP_OVERLOAD = Load(
     mode="open", rate=6.0, count=540, duration_s=90, max_in_flight=1200, max_tokens=1024
 )
@@ -266,6 +260,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect="thrash_loop",
         kind="serve",
         server_args=DP_ONE_SERVER,
+        load=DP_OVERLOAD,
+        idle_after_s=15,
+    ),
+    Scenario(
+        name="dp_thrash_stats_off",
+        summary="as dp_thrash with the default two API servers (no stats lines): only "
+        "the /metrics scrapes, one series per engine, can show it; run with "
+        "PREEMPTDIAG_ENGINE_WORKER_CPU=0",
+        expect="thrash_loop",
+        kind="serve",
+        server_args=DP_POOLS,
         load=DP_OVERLOAD,
         idle_after_s=15,
     ),

@@ -95,8 +95,16 @@ def _choose(
     cls = verdict.cls
     if cls is Class.THRASH_LOOP:
         assumed = _assumed_cap(events, info, facts, thr)
+        engines = _aggregated(events, verdict.replica)
         return _thrash(
-            verdict, windows, facts, engine, thr, assumed, _aggregated(events, verdict.replica)
+            verdict,
+            windows,
+            facts,
+            engine,
+            thr,
+            assumed,
+            engines,
+            _aggregated_peaks(events, windows, verdict.replica) if engines > 1 else None,
         )
     if cls is Class.ALLOCATION_FAILURE:
         return allocation_lever(verdict, events, facts, engine, info, thr.default_max_num_seqs)
@@ -165,6 +173,39 @@ def _aggregated(events: Sequence[Event], replica: str) -> int:
     return n
 
 
+def _aggregated_peaks(
+    events: Sequence[Event], windows: Sequence[Window], replica: str
+) -> list[tuple[float, int]]:
+    """(KV usage, Running) at the highest KV usage of each thrash window, from the
+    replica's `N Engines Aggregated` lines alone: a /metrics scrape beside them gives one
+    engine's KV usage and running (promscrape's peak_running), the lines the pools' mean
+    and the engines' sum, and a window's peak may be either."""
+    spans = [
+        (w.start, w.end)
+        for w in windows
+        if w.cls is Class.THRASH_LOOP and w.replica == replica and w.start and w.end
+    ]
+    best: dict[int, tuple[float, int]] = {}
+    for e in events:
+        if e.kind is not Kind.STATS or e.replica != replica or e.ts is None:
+            continue
+        if not (isinstance(n := e.fields.get("engines_aggregated"), int) and n > 1):
+            continue
+        if e.rollup is not None:
+            kv, running = e.rollup.stats.peak_kv, e.rollup.stats.peak_running
+        else:
+            raw_kv, raw_run = e.fields.get("kv_usage"), e.fields.get("running")
+            kv = float(raw_kv) if isinstance(raw_kv, int | float) else -1.0
+            running = raw_run if isinstance(raw_run, int) else None
+        k = next((i for i, (lo, hi) in enumerate(spans) if lo <= e.ts < hi), None)
+        if k is None or running is None or kv <= 0:
+            continue
+        # the highest KV usage, and at a tie the fewest running (windows' kv_peak_running)
+        if k not in best or (kv, -running) > (best[k][0], -best[k][1]):
+            best[k] = (kv, running)
+    return [best[k] for k in sorted(best)]
+
+
 def _thrash(
     verdict: Verdict,
     windows: Sequence[Window],
@@ -173,6 +214,7 @@ def _thrash(
     thr: Thresholds,
     assumed: tuple[int, str] | None,
     engines: int = 1,
+    aggregated_peaks: list[tuple[float, int]] | None = None,
 ) -> Lever:
     knob = "--max-running-requests" if engine == "sglang" else "--max-num-seqs"
     default, said = assumed if assumed is not None else (None, "")
@@ -215,9 +257,15 @@ def _thrash(
             engine=engine,
         )
     thrash = [w for w in windows if w.cls is Class.THRASH_LOOP]
-    peaks = [
-        (w.kv_max, w.kv_peak_running) for w in thrash if w.kv_max is not None and w.kv_peak_running
-    ]
+    peaks = (
+        aggregated_peaks
+        if aggregated_peaks is not None
+        else [
+            (w.kv_max, w.kv_peak_running)
+            for w in thrash
+            if w.kv_max is not None and w.kv_peak_running
+        ]
+    )
     proposed: int | None = None
     if facts.kv_tokens and peaks:
         try:

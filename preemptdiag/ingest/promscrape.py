@@ -380,12 +380,17 @@ def _reduce(samples: Sequence[_Sample], source: str, ts: datetime | None) -> Scr
     for s in samples:
         by_name.setdefault(s.name, []).append(s)
     values: dict[str, float] = {}
+    chosen: dict[str, str] = {}
     for key, how, names, scale in _QUANTITIES:
         name = next((n for n in names if n in by_name), None)
         if name is None:
             continue
+        chosen[key] = name
         vals = [s.value for s in by_name[name]]
         values[key] = (sum(vals) if how == _SUM else max(vals)) * scale
+    peak = _peak_running(by_name, chosen)
+    if peak is not None:
+        values["peak_running"] = peak
     for prefix, bases, qs in _HISTOGRAMS:
         base = next((b for b in bases if f"{b}_bucket" in by_name), None)
         if base is None:
@@ -411,6 +416,20 @@ def _reduce(samples: Sequence[_Sample], source: str, ts: datetime | None) -> Scr
             if est is not None:
                 values[f"{prefix}_p{round(q * 100)}"] = est
     return Scrape(source=source, ts=ts, engine=_engine(by_name), values=MappingProxyType(values))
+
+
+def _peak_running(by_name: Mapping[str, list[_Sample]], chosen: Mapping[str, str]) -> float | None:
+    """With several engines in one scrape (data parallel: `engine="0"`, `engine="1"`),
+    the running requests of the fullest one (the fewest, on a tie): KV usage is that
+    engine's maximum but Running the engines' sum, and the two together would size a
+    sequence N times too small. None with one engine (Running is its own)."""
+    kv, run = chosen.get("kv_usage_perc"), chosen.get("running")
+    if kv is None or run is None or len(by_name[kv]) < 2:
+        return None
+    running = {s.labels: s.value for s in by_name[run]}
+    top = max(s.value for s in by_name[kv])
+    at_top = [running[s.labels] for s in by_name[kv] if s.value == top and s.labels in running]
+    return min(at_top) if at_top else None
 
 
 def _engine(names: Iterable[str]) -> str:

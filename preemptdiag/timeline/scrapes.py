@@ -58,6 +58,8 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
             "waiting": int(v["waiting"]) if "waiting" in v else None,
             "engine": s.engine,
         }
+        if "peak_running" in v:  # several engines: the fullest one's (promscrape)
+            gauges["peak_running"] = int(v["peak_running"])
         shown = [q for q in ("kv_usage_perc", "running", "waiting") if q in v]
         # A scrape without the gauges is no stats line: a real 0.32.0 started with
         # --disable-log-stats serves /metrics with no vllm:* series at all.

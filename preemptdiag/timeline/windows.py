@@ -98,7 +98,9 @@ def _rows(events: Sequence[Event], seconds: int) -> Iterator[tuple[Any, ...]]:
             peak: tuple[Any, ...] = (r.stats.peak_kv, r.stats.peak_running)
         elif is_stats:
             kv = number(e.fields.get("kv_usage"))
-            peak = (-1.0 if kv is None else kv, _int(e.fields.get("running")))
+            # (a scrape of several engines: the running of the one whose KV usage it is)
+            running = e.fields.get("peak_running", e.fields.get("running"))
+            peak = (-1.0 if kv is None else kv, _int(running))
         else:
             peak = (-1.0, None)
         yield (
