@@ -3,6 +3,7 @@ cannot show, and which replica failed first."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -112,28 +113,34 @@ def alignment_notes(dated: Sequence[tuple[str, str | None]], time: TimeContext) 
     return out
 
 
+_DP_RANK = re.compile(r"DP(\d+) ")
+
+
 def engine_notes(events: Sequence[Event]) -> list[str]:
     """Say when one replica's stats lines come from several engines (data parallel with
     one API server: `Engine 000: ...`, `Engine 001: ...`), read together."""
-    seen: dict[str, set[int]] = {}
+    seen: dict[str, set[tuple[int, str]]] = {}
     summed: dict[str, int] = {}
     for e in events:
         if e.kind is not Kind.STATS:
             continue
         idx = e.fields.get("engine_idx")
+        dp = _DP_RANK.match(e.proc or "")
         if isinstance(idx, int):  # (a rollup holds one engine's lines: rollup.STREAM_FIELDS)
-            seen.setdefault(e.replica, set()).add(idx)
+            seen.setdefault(e.replica, set()).add((idx, f"Engine {idx:03d}"))
+        elif dp is not None:  # SGLang's `[stamp DP1 TP0]`: its own stream already
+            seen.setdefault(e.replica, set()).add((int(dp[1]), f"DP{dp[1]}"))
         n = e.fields.get("engines_aggregated")
         if isinstance(n, int) and n > 1:
             summed[e.replica] = max(n, summed.get(e.replica, 0))
     notes = [
-        f"{replica}: stats lines of {len(idx)} engines (data parallel: "
-        + ", ".join(f"Engine {i:03d}" for i in sorted(idx))
+        f"{replica}: stats lines of {len(named)} engines (data parallel: "
+        + ", ".join(name for _, name in sorted(named))
         + ") are read as one replica: KV usage, Running and Waiting are each engine's, so "
         "a window's maxima are its busiest engine's and its means and token rates one "
         "engine's average, not their sum"
-        for replica, idx in sorted(seen.items())
-        if len(idx) > 1
+        for replica, named in sorted(seen.items())
+        if len(named) > 1
     ]
     notes += [
         f"{replica}: stats lines of {n} Engines Aggregated (--aggregate-engine-logging): "
