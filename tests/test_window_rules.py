@@ -71,3 +71,13 @@ def test_explain_shows_the_rules_and_their_cases(capsys: pytest.CaptureFixture[s
     assert out.startswith("PD107 suspected-preemption -> insufficient_evidence")
     assert "Why never queueing" in out
     assert "- the same window where the counter can see: not suspected" in out
+    # a rule whose cases give a second class names it, in the list and on its own
+    assert main(["explain", "rules"]) == 0
+    assert (
+        "PD106 no-stats               -> healthy | insufficient_evidence\n"
+        in capsys.readouterr().out
+    )
+    assert main(["explain", "PD106"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PD106 no-stats -> healthy | insufficient_evidence\n\nOnly start-up")
+    assert "no evidence of health (insufficient_evidence, low)" in out

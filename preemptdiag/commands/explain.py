@@ -3,6 +3,7 @@ data the rules and signatures use."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,10 +48,23 @@ def explain_signature(sig_id: str, user_dir: Path | None) -> str | None:
 def explain_rule(rule: WindowRule) -> str:
     cases = "\n".join(
         f"  {'+' if c.get('applies', True) else '-'} {c['title']}"
+        + (f" ({c['class']}, {c['confidence']})" if c.get("applies", True) else "")
         for c in rule_cases()
         if c["rule"] == rule.id
     )
-    return f"{rule.id} {rule.name} -> {rule.cls.value}\n\n{rule.doc}\n\nCases:\n{cases}\n"
+    doc = inspect.cleandoc(rule.doc)
+    return f"{rule.id} {rule.name} -> {_classes(rule)}\n\n{doc}\n\nCases:\n{cases}\n"
+
+
+def _classes(rule: WindowRule) -> str:
+    """The rule's class, and any other its own cases give it (PD106: insufficient
+    evidence where the engine said it logs no stats lines)."""
+    found = [rule.cls.value]
+    for c in rule_cases():
+        mine = c["rule"] == rule.id and c.get("applies", True) and "decided_by" not in c
+        if mine and c["class"] not in found:
+            found.append(c["class"])
+    return " | ".join(found)
 
 
 def explain_rules() -> str:
@@ -58,7 +72,7 @@ def explain_rules() -> str:
         "Window rules, tried in this order; the first that applies classifies the window.\n"
         "Consecutive preempting windows with KV pinned then become a thrash loop.\n\n"
     )
-    return head + "\n".join(f"{r.id} {r.name:<22} -> {r.cls.value}" for r in RULES) + "\n"
+    return head + "\n".join(f"{r.id} {r.name:<22} -> {_classes(r)}" for r in RULES) + "\n"
 
 
 def explain_topic(topic: str, user_dir: Path | None = None) -> str:
