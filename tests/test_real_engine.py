@@ -110,6 +110,13 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
         Expect("insufficient_evidence", "medium", True, None, 0),
         Expect("thrash_loop", "high", False, "--max-num-seqs", 1),
     ),
+    # Requests near the whole pool (2,900 + 1,000 tokens of 4,096): V1 admits one at a
+    # time, KV 80-100 % with 1-2 waiting, and preempts nothing. Alone the log cannot tell
+    # that from a thrash (suspected); the counter says queueing.
+    "long_requests": (
+        Expect("insufficient_evidence", "medium", True, None, 0),
+        Expect("queueing", "high", False, None, 0),
+    ),
     # --disable-log-stats: no stats line, and no vllm:* series in /metrics either (the
     # scrapes hold only process metrics): nothing can decide but a run without it.
     "stats_disabled": (

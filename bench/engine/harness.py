@@ -242,6 +242,25 @@ SCENARIOS: tuple[Scenario, ...] = (
         idle_after_s=10,
     ),
     Scenario(
+        name="long_requests",
+        summary="2 MiB pool (4,096 tokens) with --max-model-len 3968 (the most it starts with): "
+        "3 workers of 2,900-token prompts x 1,000 tokens, each request near the whole pool, "
+        "for 90 s: V1 admits one at a time (KV 80-100 %, the rest wait), no preemption",
+        expect="queueing",
+        kind="serve",
+        server_args=("--kv-cache-memory-bytes", "2M", "--max-model-len", "3968"),
+        load=Load(
+            mode="closed",
+            concurrency=3,
+            count=200,
+            duration_s=90,
+            drain_s=30,
+            prompt_len=2900,
+            max_tokens=1000,
+        ),
+        idle_after_s=10,
+    ),
+    Scenario(
         name="stats_disabled",
         summary="as healthy with --disable-log-stats: no stats line, and no warning says so "
         "(only the args line)",
