@@ -77,11 +77,20 @@ def read_facts(events: Sequence[Event]) -> Facts:
             for m in _KNOB_RX.finditer(text):
                 k, v = m.group("k"), m.group("v")
                 if v not in ("None", "null"):
-                    knobs[k] = v
+                    # `--max-model-len auto` prints as -1 (a real 0.32.0): no length yet
+                    knobs[k] = "auto" if k == "max_model_len" and v == "-1" else v
                     knob_lines[k] = e
             msl = f.get("max_seq_len")
             if isinstance(msl, int) and "max_model_len" not in knobs:
                 knobs["max_model_len"] = str(msl)
+                knob_lines["max_model_len"] = e
+        elif e.kind is Kind.CONTEXT:
+            # The length `--max-model-len auto` settled on (`Auto-fit max_model_len:
+            # reduced from 8192 to 3968 ...`): the engine's max_model_len from then on,
+            # over the engine's config line before it (`max_seq_len=8192`, the model's).
+            fitted = f.get("fitted_max_model_len") or f.get("full_max_model_len")
+            if isinstance(fitted, int):
+                knobs["max_model_len"] = str(fitted)
                 knob_lines["max_model_len"] = e
         elif e.kind is Kind.CAPACITY:
             if isinstance(f.get("kv_tokens"), int):
