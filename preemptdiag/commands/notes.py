@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from preemptdiag.diagnose.stories import aggregated_engines
 from preemptdiag.ingest.rotation import rotation_base
 from preemptdiag.ingest.sources import Source
 from preemptdiag.model.records import Class, Event, Kind, Verdict, Window
@@ -130,8 +131,7 @@ def engine_notes(events: Sequence[Event]) -> list[str]:
             seen.setdefault(e.replica, set()).add((idx, f"Engine {idx:03d}"))
         elif dp is not None:  # SGLang's `[stamp DP1 TP0]`: its own stream already
             seen.setdefault(e.replica, set()).add((int(dp[1]), f"DP{dp[1]}"))
-        n = e.fields.get("engines_aggregated")
-        if isinstance(n, int) and n > 1:
+        if (n := aggregated_engines(e)) > 1:
             summed[e.replica] = max(n, summed.get(e.replica, 0))
     notes = [
         f"{replica}: stats lines of {len(named)} engines (data parallel: "

@@ -21,7 +21,7 @@ from preemptdiag.diagnose.runbook import (
     VERIFY_PREEMPT,
     VERIFY_RETRACT,
 )
-from preemptdiag.diagnose.stories import cpu_backend
+from preemptdiag.diagnose.stories import aggregated_engines, cpu_backend
 from preemptdiag.diagnose.way_back import with_way_back
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.errors import DiagError
@@ -29,7 +29,6 @@ from preemptdiag.model.records import (
     Class,
     EngineInfo,
     Event,
-    Kind,
     Lever,
     Verdict,
     Window,
@@ -96,16 +95,10 @@ def _choose(
     if cls is Class.THRASH_LOOP:
         assumed = _assumed_cap(events, info, facts, thr)
         engines = _aggregated(events, verdict.replica)
-        return _thrash(
-            verdict,
-            windows,
-            facts,
-            engine,
-            thr,
-            assumed,
-            engines,
-            _aggregated_peaks(events, windows, verdict.replica) if engines > 1 else None,
+        aggregated = (
+            (engines, _aggregated_peaks(events, windows, verdict.replica)) if engines > 1 else None
         )
+        return _thrash(verdict, windows, facts, engine, thr, assumed, aggregated)
     if cls is Class.ALLOCATION_FAILURE:
         return allocation_lever(verdict, events, facts, engine, info, thr.default_max_num_seqs)
     if cls is Class.HOST_PRESSURE:
@@ -162,15 +155,8 @@ def _assumed_cap(
 
 
 def _aggregated(events: Sequence[Event], replica: str) -> int:
-    """How many data-parallel engines the replica's stats lines sum up (`N Engines
-    Aggregated: ...`, vLLM's --aggregate-engine-logging): their Running and Waiting are
-    the engines' sums and their KV usage the pools' mean; 1 for one engine's lines."""
-    n = 1
-    for e in events:
-        if e.kind is Kind.STATS and e.replica == replica:
-            got = e.fields.get("engines_aggregated")
-            n = max(n, got if isinstance(got, int) else 1)
-    return n
+    """How many engines the replica's stats lines sum up (1: one engine's lines)."""
+    return max((aggregated_engines(e) for e in events if e.replica == replica), default=1)
 
 
 def _aggregated_peaks(
@@ -187,9 +173,7 @@ def _aggregated_peaks(
     ]
     best: dict[int, tuple[float, int]] = {}
     for e in events:
-        if e.kind is not Kind.STATS or e.replica != replica or e.ts is None:
-            continue
-        if not (isinstance(n := e.fields.get("engines_aggregated"), int) and n > 1):
+        if e.replica != replica or e.ts is None or aggregated_engines(e) == 1:
             continue
         if e.rollup is not None:
             kv, running = e.rollup.stats.peak_kv, e.rollup.stats.peak_running
@@ -213,9 +197,9 @@ def _thrash(
     engine: str,
     thr: Thresholds,
     assumed: tuple[int, str] | None,
-    engines: int = 1,
-    aggregated_peaks: list[tuple[float, int]] | None = None,
+    aggregated: tuple[int, list[tuple[float, int]]] | None = None,
 ) -> Lever:
+    """`aggregated`: (engines, their lines' peaks) for `N Engines Aggregated` lines."""
     knob = "--max-running-requests" if engine == "sglang" else "--max-num-seqs"
     default, said = assumed if assumed is not None else (None, "")
     current_key = "max_running_requests" if engine == "sglang" else "max_num_seqs"
@@ -257,14 +241,13 @@ def _thrash(
             engine=engine,
         )
     thrash = [w for w in windows if w.cls is Class.THRASH_LOOP]
-    peaks = (
-        aggregated_peaks
-        if aggregated_peaks is not None
-        else [
+    engines, peaks = aggregated or (
+        1,
+        [
             (w.kv_max, w.kv_peak_running)
             for w in thrash
             if w.kv_max is not None and w.kv_peak_running
-        ]
+        ],
     )
     proposed: int | None = None
     if facts.kv_tokens and peaks:

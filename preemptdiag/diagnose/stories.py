@@ -57,6 +57,14 @@ def cpu_backend(events: Sequence[Event]) -> bool:
     )
 
 
+def aggregated_engines(e: Event) -> int:
+    """How many data-parallel engines a stats line sums up (`N Engines Aggregated: ...`,
+    vLLM's --aggregate-engine-logging: Running and Waiting their sums, KV usage their
+    pools' mean); 1 for one engine's line."""
+    n = e.fields.get("engines_aggregated") if e.kind is Kind.STATS else None
+    return n if isinstance(n, int) and n > 1 else 1
+
+
 def healthy_why(windows: Sequence[Window], fallback: str) -> str:
     """A healthy verdict speaks for the whole input, not its first window (which is
     often start-up lines only)."""

@@ -5,13 +5,13 @@ can show them, and only between the first and the last scrape."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from preemptdiag.model.records import EngineInfo, Event, Kind, Window
 from preemptdiag.timeline.events import version_at_least
+from preemptdiag.timeline.knobs import arg_value
 
 _SCRAPE = "prometheus"  # the engine of an event that a /metrics scrape made
 
@@ -81,9 +81,6 @@ CAPTURE_NO_LOG_STATS = (
     "vllm:* series alike (a real 0.32.0 served none), so nothing shows KV usage, "
     "queueing or preemptions until it is dropped"
 )
-# `disable_log_stats` on an args line: `'disable_log_stats': True` (V1's non-default
-# args), `disable_log_stats=True` (V0's Namespace); False is every V0 log's default.
-_STATS_OFF_ARG = re.compile(r"""\bdisable_log_stats['"]?\s*[:=]\s*True\b""")
 
 
 def stats_off(events: Sequence[Event]) -> tuple[StatsOff, ...]:
@@ -105,7 +102,9 @@ def stats_off(events: Sequence[Event]) -> tuple[StatsOff, ...]:
                 "its own requests)"
             )
             capture = CAPTURE_API_SERVERS
-        elif e.kind is Kind.CONFIG and _STATS_OFF_ARG.search(str(e.fields.get("args") or e.text)):
+        # `'disable_log_stats': True` (V1's non-default args) or `disable_log_stats=True`
+        # (V0's Namespace); False is every V0 log's default
+        elif arg_value(e, "disable_log_stats") == "True":
             why = "the engine was started with --disable-log-stats"
             capture = CAPTURE_NO_LOG_STATS
         else:
@@ -117,14 +116,10 @@ def stats_off(events: Sequence[Event]) -> tuple[StatsOff, ...]:
 def _api_servers(events: Sequence[Event], replica: str) -> str:
     """N from the replica's args line (`'api_server_count': 2`), else nothing."""
     for e in events:
-        if e.kind is Kind.CONFIG and e.replica == replica:
-            m = _API_SERVERS.search(str(e.fields.get("args") or e.text))
-            if m:
-                return m.group(1)
+        n = arg_value(e, "api_server_count") if e.replica == replica else None
+        if n is not None and n.isdigit():
+            return n
     return ""
-
-
-_API_SERVERS = re.compile(r"""\bapi_server_count['"]?\s*[:=]\s*(\d+)""")
 
 
 def preemption_visibility(events: Sequence[Event], info: EngineInfo) -> Visibility:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 import regex
 
@@ -25,10 +26,30 @@ KNOBS = (
     "schedule_conservativeness",
     "chunked_prefill_size",
 )
+# A `name: value` / `name=value` pair of an args line (V1's dict, V0's Namespace).
+_PAIR = r"""['"]?\b(?P<k>{names})['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)"""
 # One alternation finds every knob on an args line in a single pass.
-_KNOB_RX = regex.compile(
-    r"""['"]?\b(?P<k>""" + "|".join(KNOBS) + r""")['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)"""
-)
+_KNOB_RX = regex.compile(_PAIR.format(names="|".join(KNOBS)))
+
+
+def args_text(e: Event) -> str:
+    """The args a config line carries (its `args` field), else its whole text."""
+    args = e.fields.get("args")
+    return args if isinstance(args, str) else e.text
+
+
+def arg_value(e: Event, name: str) -> str | None:
+    """`name`'s value on a config line that is no knob (`api_server_count`,
+    `disable_log_stats`), as read_facts reads knobs; None where it is not there."""
+    if e.kind is not Kind.CONFIG:
+        return None
+    m = _arg_rx(name).search(args_text(e))
+    return None if m is None else str(m.group("v"))
+
+
+@cache
+def _arg_rx(name: str) -> regex.Pattern[str]:
+    return regex.compile(_PAIR.format(names=regex.escape(name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +93,7 @@ def read_facts(events: Sequence[Event]) -> Facts:
     for e in events:
         f = e.fields
         if e.kind is Kind.CONFIG:
-            args = f.get("args")
-            text = args if isinstance(args, str) else e.text
-            for m in _KNOB_RX.finditer(text):
+            for m in _KNOB_RX.finditer(args_text(e)):
                 k, v = m.group("k"), m.group("v")
                 if v not in ("None", "null"):
                     # `--max-model-len auto` prints as -1 (a real 0.32.0): no length yet

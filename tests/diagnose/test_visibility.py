@@ -77,3 +77,10 @@ def test_only_the_replicas_that_say_so_and_have_no_stats_from_elsewhere() -> Non
         _line(Kind.CONFIG, "non-default args: {'model': 'm'}", "c.log"),
     ]
     assert [s.replica for s in stats_off(events)] == ["a.log"]
+
+
+def test_an_api_server_count_that_is_no_number_is_not_told() -> None:
+    args = "non-default args: {'api_server_count': None, 'model': 'm'}"
+    warn = _line(Kind.CONTEXT, WARNING, subtype="stats_logging_off")
+    (got,) = stats_off([_line(Kind.CONFIG, args, args=args.split("args: ")[1]), warn])
+    assert got.why.startswith("vLLM turned its stats lines off (more than one API server:")
