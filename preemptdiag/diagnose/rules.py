@@ -240,24 +240,29 @@ def verdict(
         why = healthy_why(windows, why)
     elif cls is Class.QUEUEING:
         why = queueing_why(windows, head.replica, why)
-    if cls is Class.ALLOCATION_FAILURE and why.startswith("GPU ") and cpu_backend(events):
-        why = "CPU-backend (host RAM) " + why.removeprefix("GPU ")
+    # (the CPU backend's KV pool and weights live in host RAM: no GPU to name)
+    needed = cls is Class.ALLOCATION_FAILURE or alloc is not None
+    device = "CPU-backend (host RAM)" if needed and cpu_backend(events) else "GPU"
+    if cls is Class.ALLOCATION_FAILURE and why.startswith("GPU "):
+        why = f"{device} " + why.removeprefix("GPU ")
     if alloc and host:
         if host.start <= alloc.start:  # type: ignore[operator]
             cls, cause, consequence = (
                 Class.HOST_PRESSURE,
                 "host/container memory kill",
-                "GPU allocation failure / engine death afterwards",
+                f"{device} allocation failure / engine death afterwards",
             )
             run = [host]
             why = "the kernel/container killed the engine for host memory before any GPU error"
         else:
             cause, consequence = (
-                "GPU allocation failure (CUDA OOM / KV sizing)",
+                f"{device} allocation failure (CUDA OOM / KV sizing)"
+                if device == "GPU"
+                else f"{device} allocation failure (KV sizing)",
                 "container restart / OOM report afterwards",
             )
     elif cls is Class.ALLOCATION_FAILURE and any(w.engine_deaths for w in windows):
-        cause, consequence = "GPU allocation failure", "engine death"
+        cause, consequence = f"{device} allocation failure", "engine death"
     if cls is Class.HOST_PRESSURE and events:
         h_why, h_cause, h_cons = host_story(events)
         why = h_why or why
@@ -275,6 +280,12 @@ def verdict(
             f"KV cache pinned at >= {thr.kv_pressure_pct:g}% with requests waiting in {n} "
             f"window(s), but {vis.reason}: preemption is suspected, not proven"
         )
+        died = next((w for w in run if w.engine_deaths), None)
+        if died is not None and died.start is not None:
+            # (a real 0.11.0's engine core segfaulted in the middle of such an overload:
+            # the death is what the reader must not miss; nothing says the one caused
+            # the other, so no cause is named)
+            why += f"; then the engine died (window from {died.start:%H:%M})"
     evidence = _verdict_evidence(run)
     capture = vis.capture_next if suspected else None
     off = vis.stats_off_at(head.replica)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from preemptdiag.diagnose.stories import alloc_why
-from preemptdiag.diagnose.visibility import Visibility
+from preemptdiag.diagnose.visibility import BLIND, Visibility
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.records import Class, Confidence, Window
@@ -163,14 +163,19 @@ def suspected_preemption(w: Window, thr: Thresholds, vis: Visibility) -> Window 
     """
     waiting = w.waiting_max or 0
     kv_hot = w.kv_max is not None and w.kv_max >= thr.kv_pressure_pct
-    if not (kv_hot and waiting > 0 and vis.blind_at(w)):
+    unseen = vis.unseen(w)
+    if not (kv_hot and waiting > 0 and unseen is not None):
         return None
+    why = (
+        "this log cannot show preemptions"
+        if unseen == BLIND
+        else "no count settles it (V1 counts a preemption only when its request runs again)"
+    )
     return _set(
         w,
         Class.INSUFFICIENT_EVIDENCE,
         Confidence.LOW,
-        f"KV {fmt(w.kv_max, '%')} with {waiting} waiting, but this log cannot show "
-        "preemptions (suspected)",
+        f"KV {fmt(w.kv_max, '%')} with {waiting} waiting, but {why} (suspected)",
     )
 
 
@@ -195,9 +200,10 @@ def stall(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
 
 def _calm_confidence(w: Window, vis: Visibility) -> tuple[Confidence, str]:
     # A log that cannot show preemptions cannot be highly sure there were none.
-    if vis.blind_at(w):
+    unseen = vis.unseen(w)
+    if unseen is not None:
         conf = min(_stats_confidence(w), Confidence.MEDIUM, key=_CONF_ORDER.index)
-        return conf, "no preemption seen (this log cannot show it)"
+        return conf, f"no preemption seen ({unseen})"
     return _stats_confidence(w), "no preemption"
 
 

@@ -17,6 +17,10 @@ from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Event, Kind, Window
 from preemptdiag.scan.rollup import AGG_FIELDS, number
 
+# (replica, time of a counter read) -> the earliest a preemption counted after that read
+# can have happened (build_windows)
+CountedSince = Callable[[str, datetime], datetime]
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -228,7 +232,15 @@ SMALL_TABLE = 5000
 _SPREAD_COLUMNS = ("replica", "wstart", "preemptions", "kv_max")
 
 
-def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> list[Window]:
+def build_windows(
+    events: Sequence[Event],
+    seconds: int,
+    thr: Thresholds,
+    counted_since: CountedSince | None = None,
+) -> list[Window]:
+    """The windows of `events`. `counted_since(replica, read)`: for a replica whose
+    /metrics counter counts late (V1: visibility.Settled), the earliest a preemption
+    counted after that read can have happened; its deltas spread back to there."""
     if not events:
         return []
     warnings = [
@@ -246,7 +258,9 @@ def build_windows(events: Sequence[Event], seconds: int, thr: Thresholds) -> lis
         columns = partial(_frame_columns, agg)
     # (no delta between two warnings: each window keeps its own count)
     spread, spread_over = (
-        _spread_counter_deltas(warnings, columns(), seconds, thr) if len(warnings) > 1 else ({}, {})
+        _spread_counter_deltas(warnings, columns(), seconds, thr, counted_since)
+        if len(warnings) > 1
+        else ({}, {})
     )
     return [_window(r, events, spread, spread_over, seconds) for r in rows]
 
@@ -471,14 +485,24 @@ def snap6(x: float) -> float:
 
 
 def _spread_counter_deltas(
-    warnings: Sequence[Event], agg: Mapping[str, list[Any]], seconds: int, thr: Thresholds
+    warnings: Sequence[Event],
+    agg: Mapping[str, list[Any]],
+    seconds: int,
+    thr: Thresholds,
+    counted_since: CountedSince | None = None,
 ) -> tuple[dict[tuple[str, int | None], float], dict[tuple[str, int | None], int]]:
     """Spread a V0 counter delta over the windows between two warnings.
 
     Warnings are sampled (#1, #51, ...), so the 50 preemptions between two of them
     happened somewhere in between; preemption needs an exhausted pool, so they go to
-    the windows in that span whose KV usage was at the pressure threshold. With no
-    such window the delta stays where the warning was printed. Also returns, per
+    the windows in that span whose KV usage was at the pressure threshold (one such
+    window takes it all). With no such window the delta stays where the warning was
+    printed. V1's counter (/metrics scrapes) is spread the same way, and further back:
+    it counts a preemption when its request runs again (visibility.py), so a delta
+    since one read may hold preemptions from before it, back to the last empty queue
+    (`counted_since`). A real 0.20.2 counted 3 preemptions at a scrape with KV at 0 %,
+    a minute after the one window at 96.8 %; a real 0.11.0 counted none for 100 s of a
+    pinned pool, then 231 as the preempted requests ran again. Also returns, per
     window that received a share, over how many windows its delta was spread (the
     count there is an estimate, not a measurement). `warnings`: the V0 counter
     warnings (stamped), in order; `agg`: the windows' _SPREAD_COLUMNS.
@@ -501,6 +525,8 @@ def _spread_counter_deltas(
         if prev is None or e.preemptions <= 1:
             continue
         own = (e.replica, window_start(e.ts, seconds))
+        if counted_since is not None and e.engine == "prometheus":
+            prev = min(prev, counted_since(e.replica, prev))
         lo = window_start(prev, seconds)
         hi = own[1]
         if lo is None or hi is None:
@@ -510,7 +536,7 @@ def _spread_counter_deltas(
         targets = [
             w for w in span if (kv_by_window.get((e.replica, w)) or 0.0) >= thr.kv_pressure_pct
         ]
-        if len(targets) <= 1:
+        if not targets or targets == [hi]:
             continue
         totals[own] -= e.preemptions
         share = e.preemptions / len(targets)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 
-from builders import make_event
+from builders import T0, make_event
 
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Kind, Rollup, RollupStats
@@ -62,6 +63,42 @@ def test_a_spread_count_says_over_how_many_windows() -> None:
     ws = build_windows(events, 60, Thresholds())  # type: ignore[arg-type]
     assert [w.preemptions_spread_over for w in ws] == [3, 3, 3]
     assert [w.preemptions for w in ws] == [17.67, 16.67, 16.67]  # 1 + 50/3, 50/3, 50/3
+
+
+def _scrape(minute: int, total: int, rise: int) -> object:
+    e = make_event(Kind.PREEMPTION, {"cumulative": total}, minute=minute)
+    return replace(e, preemptions=rise, engine="prometheus", replica="a")
+
+
+def test_a_single_pinned_window_takes_a_later_count() -> None:
+    # a real 0.20.2: 3 preemptions counted at a scrape with KV at 0 %, a minute after
+    # the one window with the pool pinned
+    events = [_scrape(0, 0, 0), _stats(0, 96.8, 6, 3), _stats(1, 0.0, 0, 0), _scrape(1, 3, 3)]
+    ws = build_windows(events, 60, Thresholds())  # type: ignore[arg-type]
+    assert [(w.preemptions, w.preemptions_spread_over) for w in ws] == [(3.0, 1), (0.0, None)]
+
+
+def test_a_late_v1_count_reaches_back_to_the_last_empty_queue() -> None:
+    # V1 counts a preemption when its request runs again: the 60 read at minute 3 may
+    # be minute 1's, whose pool was pinned with the queue never empty since minute 0
+    events = [
+        _scrape(0, 0, 0),
+        _stats(0, 50.0, 40, 0),
+        _stats(1, 100.0, 40, 30),
+        _scrape(2, 0, 0),
+        _stats(2, 100.0, 20, 50),
+        _stats(3, 100.0, 30, 10),
+        _scrape(3, 60, 60),
+    ]
+    since = {("a", T0 + timedelta(minutes=2)): T0}
+
+    def counted_since(replica: str, before: datetime) -> datetime:
+        return since.get((replica, before), before)
+
+    plain = build_windows(events, 60, Thresholds())  # type: ignore[arg-type]
+    late = build_windows(events, 60, Thresholds(), counted_since)  # type: ignore[arg-type]
+    assert [w.preemptions for w in plain] == [0.0, 0.0, 30.0, 30.0]
+    assert [w.preemptions for w in late] == [0.0, 20.0, 20.0, 20.0]
 
 
 # KV usages (percent, two decimals as engines print them) whose mean, 60.0903125, is a
