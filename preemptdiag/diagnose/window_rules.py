@@ -155,7 +155,9 @@ def no_stats(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
 
 def suspected_preemption(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
     """KV pinned at the pressure threshold with requests waiting, in a log that cannot
-    show preemptions (V1 without scrapes of the counter).
+    show preemptions (V1 without scrapes of the counter), or where V1's counter cannot
+    yet (it counts a preemption when its request runs again: a flat count proves none
+    only up to an empty queue, visibility.py).
 
     Why never queueing: queueing means KV is not exhausted; a pinned pool with a queue
     is what preemption looks like, so it is suspected, with the capture to prove it.
