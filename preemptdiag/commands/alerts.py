@@ -8,7 +8,10 @@ of the same series would name the class:
   pinned (>= kv_pressure_pct) at some point of them, or a single window's preemptions
   at `thrash_rate_per_min` with KV pinned (rules.py, _thrash_reason);
 - suspected preemption: KV pinned with requests waiting for `suspect_min_windows`
-  windows and no preemption series at all (window rule PD107, the verdict's count);
+  windows and no preemption series at all (window rule PD107, the verdict's count), or
+  a vLLM counter that stood still through a window whose queue never emptied: V1 counts
+  a preemption only when its request runs again (diagnose/visibility.py), so there it
+  proves nothing;
 - queueing: requests waiting at `queue_min_share` of the points of a window, no
   preemption, not a stall, not a pinned pool that cannot show preemptions (PD109);
 - engine restart: the process start time moved, or a counter went down.
@@ -77,6 +80,13 @@ def _per_name(quantities: Sequence[str], selector: str, agg: str, fn: str, rng: 
     by = _TARGET if agg == "max" else _BY
     terms = [f"{agg} by ({by}) ({fn}({n}{sel}[{rng}]))" for q in quantities for n in _names(q)]
     return f" or on ({by}) ".join(terms)
+
+
+def _vllm_counter_increase(selector: str, rng: str) -> str:
+    """The increase of vLLM's preemption counter (any of its names) over `rng`."""
+    sel = _inner(selector)
+    names = [n for n in _names("preemptions_total") if n.startswith("vllm:")]
+    return f" or on ({_BY}) ".join(f"sum by ({_BY}) (increase({n}{sel}[{rng}]))" for n in names)
 
 
 def _num(x: float) -> str:
@@ -156,7 +166,18 @@ def rule_groups(o: AlertOptions) -> dict[str, Node]:
             "record": "preemptdiag:preempting:window",
             "expr": "preemptdiag:preemptions:window > bool 0",
         },
+        {
+            # vLLM's counter flat through a window whose queue never emptied: a request
+            # preempted there may not have run again yet, and V1 counts it only then
+            # (SGLang counts a retraction as it happens: its names are not here)
+            "record": "preemptdiag:preemptions:late",
+            "expr": f"({_vllm_counter_increase(sel, W)}) == 0"
+            f" and on ({_BY}) min_over_time(preemptdiag:waiting:sum[{W}]) > 0",
+        },
     ]
+    # a counter that can show preemptions in the window: present, and not standing still
+    # while the queue waits (the `late` record above)
+    counted = f"(preemptdiag:preemptions:present unless on ({_BY}) preemptdiag:preemptions:late)"
     pinned_run = f"max_over_time(preemptdiag:kv_usage:pct[{duration(thr.thrash_min_windows * w)}])"
     pinned_w = f"max_over_time(preemptdiag:kv_usage:pct[{W}])"
     # Every point of the last (n-1) windows saw preemption in the window before it:
@@ -184,13 +205,13 @@ def rule_groups(o: AlertOptions) -> dict[str, Node]:
     suspected = (
         f"{pinned_w} >= {pressure}"
         f" and on ({_BY}) max_over_time(preemptdiag:waiting:sum[{W}]) > 0"
-        f" unless on ({_BY}) preemptdiag:preemptions:present"
+        f" unless on ({_BY}) {counted}"
     )
     queueing = (
         f"avg_over_time(preemptdiag:waiting:positive[{W}]) >= {_num(thr.queue_min_share)}"
         f" unless on ({_BY}) preemptdiag:preemptions:window > 0"
         f" unless on ({_BY}) ({pinned_w} >= {pressure}"
-        f" unless on ({_BY}) preemptdiag:preemptions:present)"
+        f" unless on ({_BY}) {counted})"
         f" unless on ({_BY}) (max_over_time(preemptdiag:running:sum[{W}]) == 0"
         f" and on ({_BY}) {pinned_w} < {_num(thr.stall_kv_pct)})"
     )
@@ -224,7 +245,8 @@ def rule_groups(o: AlertOptions) -> dict[str, Node]:
             suspected,
             suspect_for,
             f"KV cache pinned at >= {pressure}% with requests waiting, and no preemption "
-            "counter to prove preemption: suspected, not proven",
+            "counter to prove preemption (or vLLM's standing still while the queue waits: it "
+            "counts a preemption only when its request runs again): suspected, not proven",
         ),
         alert(
             "PreemptdiagQueueing",

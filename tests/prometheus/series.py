@@ -245,6 +245,29 @@ def blind(scenario: str, pod: str, instance: str) -> Replica:
     return r
 
 
+def wedged(pod: str, instance: str, minutes: int = 6) -> Replica:
+    """A V1 engine wedged for `minutes`: its pool pinned, Running falling and the queue
+    growing while vllm:num_preemptions_total stands still. The first 100 s of the real
+    0.11.0 overload (vllm-0.11.0/thrash_loop_cpu0.2/scrapes) looked so: V1 counts a
+    preemption only when its request runs again, and none did yet. There they ran again
+    after 100 s; here none does (an engine whose preempted requests never get back in),
+    so the counter never moves. Synthetic: the 0.11.0 scrapes' first values, held."""
+    r = Replica(pod, instance)
+    engine = {"engine": "0", "model_name": "tiny-llama"}
+    times = [k * 10.0 for k in range(minutes * 6 + 1)]
+    values = {
+        "vllm:kv_cache_usage_perc": [1.0 for _ in times],
+        "vllm:num_requests_running": [float(max(107 - 3 * k, 30)) for k in range(len(times))],
+        "vllm:num_requests_waiting": [float(42 + 35 * k) for k in range(len(times))],
+        "vllm:num_preemptions_total": [0.0 for _ in times],
+        "vllm:request_success_total": [0.0 for _ in times],
+    }
+    for name, vals in values.items():
+        r.series[name] = [(engine, list(zip(times, vals, strict=True)))]
+    r.series["process_start_time_seconds"] = [({}, [(t, 1.7965e9) for t in times])]
+    return r
+
+
 def promtool_series(replicas: Sequence[Replica], interval: float) -> list[dict[str, str]]:
     """input_series for `promtool test rules`: each replica's series from time 0 (its own
     start), sampled every `interval` seconds with the last value at or before."""

@@ -22,32 +22,34 @@ ALERTS = (
     "PreemptdiagQueueing",
     "PreemptdiagEngineRestart",
 )
-# The five replicas of the unit test: the four of the store, and the thrash recording
-# as a store without a preemption counter sees it.
+# The six replicas of the unit test: the four of the store, the thrash recording as a
+# store without a preemption counter sees it, and a V1 engine wedged with its pool
+# pinned and its counter standing still (series.wedged): suspected, not queueing.
 REPLICAS = {
     "healthy": ("vllm-healthy-0", "10.0.0.1:8000"),
     "queueing": ("vllm-queueing-0", "10.0.0.2:8000"),
     "thrash": ("vllm-thrash-0", "10.0.0.3:8000"),
     "restarted": ("vllm-restarted-0", "10.0.0.4:8000"),
     "blind": ("vllm-blind-0", "10.0.0.5:8000"),
+    "wedged": ("vllm-wedged-0", "10.0.0.6:8000"),
 }
 DEFAULT_FIRING = {
     # eval time -> alert -> the replicas it must fire for (and only those)
     "2m": {
         "PreemptdiagThrashLoop": ["thrash"],
-        "PreemptdiagSuspectedPreemption": ["blind"],
+        "PreemptdiagSuspectedPreemption": ["blind", "wedged"],
         "PreemptdiagQueueing": ["queueing"],
         "PreemptdiagEngineRestart": ["restarted"],
     },
     "3m": {
         "PreemptdiagThrashLoop": ["thrash"],
-        "PreemptdiagSuspectedPreemption": ["blind"],
+        "PreemptdiagSuspectedPreemption": ["blind", "wedged"],
         "PreemptdiagQueueing": ["queueing"],
         "PreemptdiagEngineRestart": [],
     },
     "5m": {
         "PreemptdiagThrashLoop": ["thrash"],
-        "PreemptdiagSuspectedPreemption": ["blind"],
+        "PreemptdiagSuspectedPreemption": ["blind", "wedged"],
         "PreemptdiagQueueing": [],
         "PreemptdiagEngineRestart": [],
     },
@@ -68,6 +70,7 @@ def unit_series() -> list[dict[str, str]]:
         series.replica("thrash_loop", *REPLICAS["thrash"]),
         series.restarted("healthy", *REPLICAS["restarted"]),
         series.blind("thrash_loop", *REPLICAS["blind"]),
+        series.wedged(*REPLICAS["wedged"]),
     ]
     return series.promtool_series(reps, 10.0)
 
@@ -132,7 +135,7 @@ def test_rules_pass_promtool_check(capsys: pytest.CaptureFixture[str], tmp_path:
         [tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True
     )
     assert got.returncode == 0, got.stdout + got.stderr
-    assert "SUCCESS: 12 rules found" in got.stdout
+    assert "SUCCESS: 13 rules found" in got.stdout
     records = {
         r["record"]: r["expr"]
         for g in yaml.safe_load(path.read_text())["groups"]
