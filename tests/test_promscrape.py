@@ -459,3 +459,19 @@ def test_several_engines_keep_the_running_of_the_fullest() -> None:
     assert parse_scrapes(tied, "t.prom", None)[0].values["peak_running"] == 58.0  # fewest
     one = "\n".join(ln for ln in TWO_V1.splitlines() if 'engine="1"' not in ln) + "\n"
     assert "peak_running" not in parse_scrapes(one, "t.prom", None)[0].values
+
+
+def test_sglang_retraction_counter_absent_until_the_first_is_zero() -> None:
+    # A real 0.5.23 before any retraction: the per-step gauge, no counter sample yet.
+    labels = 'engine_type="unified",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0"'
+    before = (
+        "# scraped_at: 2026-12-06T06:33:49.536Z\n"
+        f'sglang:num_running_reqs{{{labels},tp_rank="0"}} 0.0\n'
+        f'sglang:num_retracted_reqs{{{labels},pid="1346",tp_rank="0"}} 0.0\n'
+    )
+    (scrape,) = parse_scrapes(before, "t1.prom", None)
+    assert scrape.values["preemptions_total"] == 0.0
+    assert scrape.lines["preemptions_total"] == 3  # the gauge's line: the counter has none
+    # Without the gauge (a release without retraction metrics) nothing is made up.
+    (bare,) = parse_scrapes(before.replace("num_retracted_reqs", "other_gauge"), "t.prom", None)
+    assert "preemptions_total" not in bare.values

@@ -18,13 +18,20 @@ ENGINES = Path(__file__).resolve().parent / "fixtures" / "engine"
 # The version most scenarios were recorded with; the tests below the tables that
 # redo one scenario's arithmetic read its recordings.
 FIXTURES = ENGINES / "vllm-0.32.0"
-# (version, scenario) of every recording of every version
+# (version, scenario) of every recording of every version: vLLM's by its version,
+# SGLang's as "sglang-VERSION"
 RECORDED = sorted(
     (d.name.removeprefix("vllm-"), p.name)
-    for d in ENGINES.glob("vllm-*")
+    for d in [*ENGINES.glob("vllm-*"), *ENGINES.glob("sglang-*")]
     for p in d.iterdir()
     if (p / "server.log").is_file()
 )
+
+
+def _dir(version: str) -> Path:
+    return ENGINES / (version if version.startswith("sglang-") else f"vllm-{version}")
+
+
 FORMATS = ("terminal", "markdown", "json", "sarif")
 
 
@@ -177,16 +184,37 @@ EXPECT_0_11 = {
     "startup_max_model_len": (_MAX_MODEL_LEN, _MAX_MODEL_LEN),
 }
 
+# SGLang 0.5.23 (bench/engine/sglang_harness.py): it logs every retraction itself.
+EXPECT_SGLANG_0_5_23 = {
+    "healthy": (
+        Expect("healthy", "medium", False, None, 0),
+        Expect("healthy", "medium", False, None, 0),
+    ),
+    # 22 retractions in two bursts a minute apart: after each, SGLang's new-token ratio
+    # jumps (0.098 -> 0.55-0.85) and it admits less, so they do not feed themselves (at
+    # most 12 a window, none in a third window in a row); the queue is the overload.
+    "retract": (
+        Expect("benign_preemption", "medium", False, None, 0),
+        Expect("benign_preemption", "medium", False, None, 0),
+    ),
+    # --mem-fraction-static 1e-05: the error's own least fraction (0.003) sizes the step
+    "startup_mem_fraction": (
+        Expect("allocation_failure", "high", False, "--mem-fraction-static", 1),
+        Expect("allocation_failure", "high", False, "--mem-fraction-static", 1),
+    ),
+}
+
 # version -> its table
 EXPECT: dict[str, dict[str, tuple[Expect, Expect]]] = {
     "0.11.0": EXPECT_0_11,
+    "sglang-0.5.23": EXPECT_SGLANG_0_5_23,
     "0.20.2": EXPECT_0_20,
     "0.32.0": EXPECT_0_32,
 }
 
 
 def _files(name: str, scrapes: bool, version: str = "0.32.0") -> list[str]:
-    d = ENGINES / f"vllm-{version}" / name
+    d = _dir(version) / name
     out = [str(d / "server.log")]
     if scrapes:
         out += [str(p) for p in sorted(d.glob("metrics-*.prom"))]
@@ -198,7 +226,7 @@ def _files(name: str, scrapes: bool, version: str = "0.32.0") -> list[str]:
 
 
 def _truth(name: str, version: str = "0.32.0") -> dict[str, Any]:
-    path = ENGINES / f"vllm-{version}" / name / "ground_truth.json"
+    path = _dir(version) / name / "ground_truth.json"
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 
@@ -238,8 +266,11 @@ def test_verdict_and_lever(
     # Every stats line of the real engine is read: none fall through as unparsed.
     assert not [k for k in report["scan"]["skipped"] if k.startswith("unparsed")]
     truth = _truth(name, version)
-    if truth.get("stats_lines"):
-        assert report["scan"]["recognised"]["stats"] == truth["stats_lines"]
+    batches = truth.get("engine_log_decode_batch_lines", 0) + truth.get(
+        "engine_log_prefill_batch_lines", 0
+    )
+    if truth.get("stats_lines") or batches:
+        assert report["scan"]["recognised"]["stats"] == (truth.get("stats_lines") or batches)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -260,7 +291,9 @@ def test_ground_truth_agrees_with_the_class(case: tuple[str, str]) -> None:
     # The expectation table is pinned to what the engine's counters say happened.
     version, name = case
     truth, want = _truth(name, version), EXPECT[version][name][True]
-    delta = (truth.get("metrics") or {}).get("preemptions_delta")
+    metrics = truth.get("metrics") or {}
+    sglang = metrics.get("sglang:num_retracted_requests_total") or {}
+    delta = metrics.get("preemptions_delta", sglang.get("delta"))
     if want.cls in ("healthy", "queueing"):
         assert delta == 0
     if want.cls in ("benign_preemption", "thrash_loop"):
@@ -496,3 +529,45 @@ def test_an_engine_that_died_in_a_suspected_overload_is_told(
     assert v["cause"] is None  # nothing shows the pressure killed it
     dead = [e["line"] for e in v["evidence"] if e["kind"] == "engine_dead"]
     assert dead == [105, 113]
+
+
+SGLANG = "sglang-0.5.23"
+
+
+def test_sglang_retractions_are_counted_once(capsys: pytest.CaptureFixture[str]) -> None:
+    # The log's 22 retraction lines and the counter's rise of 22 are the same 22; the
+    # counter has no sample until the first retraction (the before scrape holds none).
+    truth = _truth("retract", SGLANG)
+    assert truth["engine_log_retracted_reqs_sum"] == 22
+    assert truth["metrics"]["sglang:num_retracted_requests_total"] == {
+        "first": None,
+        "last": 22.0,
+        "delta": 22.0,
+    }
+    _, report = analyze(capsys, *_files("retract", True, SGLANG))
+    assert round(sum(w["preemptions"] for w in report["windows"])) == 22
+    assert report["notes"][0].startswith("/metrics: 3 scrape(s) over 135 s, preemptions +22 ")
+
+
+def test_sglang_start_up_lever_clears_the_errors_own_floor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `--mem-fraction-static=1e-05 ... Raise --mem-fraction-static above 0.003`: the
+    # value was once read as 1 and the lever proposed lowering it to 0.95.
+    _, report = analyze(capsys, *_files("startup_mem_fraction", False, SGLANG))
+    lever = report["lever"]
+    assert (lever["current"], lever["proposed"]) == ("1e-05", "0.04")
+    assert lever["arithmetic"] == [
+        "1e-05 + 0.04 = 0.04",
+        "0.04 > 0.003, the least fraction the error asks for",
+    ]
+    assert report["verdict"]["why"].startswith("CPU-backend (host RAM) memory allocation failed")
+
+
+def test_sglang_server_args_are_read_from_its_dict(capsys: pytest.CaptureFixture[str]) -> None:
+    # 0.5.23 prints `server_args={...}` (19 KB on one line), no longer ServerArgs(...)
+    _, report = analyze(capsys, str(_dir(SGLANG) / "retract" / "server.log"))
+    facts = {f["name"]: f for f in report["replicas"][0]["facts"]}
+    assert facts["mem_fraction_static"]["value"] == "0.719"
+    assert facts["mem_fraction_static"]["source"].endswith("retract/server.log:13")
+    assert facts["kv_cache_dtype"]["value"] == "auto"

@@ -60,7 +60,12 @@ from preemptdiag.timeline.attach import attach_system_sources
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
 from preemptdiag.timeline.knobs import read_facts
 from preemptdiag.timeline.replicas import replica_facts
-from preemptdiag.timeline.scrapes import placed_scrapes, scrape_events, scrape_note
+from preemptdiag.timeline.scrapes import (
+    counted_once,
+    placed_scrapes,
+    scrape_events,
+    scrape_note,
+)
 from preemptdiag.timeline.windows import build_windows
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -349,6 +354,8 @@ def _judged(
         events.extend(store_evs)
         notes.extend(store_notes)
         events.sort(key=lambda e: (e.ts is None, e.ts or _EPOCH, e.source, e.line))
+    if proms or opts.prometheus is not None:
+        events = counted_once(events)
     # Configuration and capacity are facts of a replica, whatever --since/--until
     # keep: the filter narrows the windows and their evidence, not what the engine is.
     unfiltered = events

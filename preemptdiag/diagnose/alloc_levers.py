@@ -458,6 +458,16 @@ def _util_to_free(f: Mapping[str, FieldValue], facts: Facts, engine: str) -> Lev
     )
 
 
+def _fraction(x: float) -> str:
+    """A memory fraction as a flag takes it: two decimals, or as printed when smaller."""
+    return f"{x:.2f}" if x >= 0.01 else f"{x:g}"
+
+
+def _round_up(x: float) -> float:
+    """x rounded up to two decimals."""
+    return math.ceil(round(x * 100, 6)) / 100
+
+
 def _sglang_alloc(st: str, f: object, facts: Facts) -> Lever:
     if st in ("sglang_runtime_oom", "sglang_retract_abort"):
         # "Prefill/Decode out of memory. Try to lower your batch size": the KV token
@@ -487,13 +497,30 @@ def _sglang_alloc(st: str, f: object, facts: Facts) -> Lever:
     raise_it = st in ("sglang_not_enough_memory", "weights_leave_no_kv", "negative_profiled_tokens")
     base = cur if cur is not None else 0.88
     new = min(round(base + 0.04, 2), 0.95) if raise_it else round(base - 0.05, 2)
+    arithmetic: tuple[str, ...] = (
+        f"{_fraction(base)} {'+ 0.04' if raise_it else '- 0.05'} = {new:.2f}",
+    )
+    floor = fields.get("raise_above")
+    if raise_it and isinstance(floor, float) and new <= floor:
+        # The error names the least fraction that fits a pool (a real 0.5.23 with
+        # --mem-fraction-static=1e-05: "Raise --mem-fraction-static above 0.003"): a
+        # small step from a tiny value would stay under it.
+        new = min(_round_up(floor + 0.01), 0.95)
+        arithmetic = (
+            f"the error asks for more than {floor:g} (the least fraction that leaves a KV "
+            f"pool); {floor:g} + 0.01, rounded up = {new:.2f}",
+        )
+    elif raise_it and isinstance(floor, float):
+        arithmetic = (*arithmetic, f"{new:.2f} > {floor:g}, the least fraction the error asks for")
     return Lever(
         knob="--mem-fraction-static",
-        current=f"{base:.2f}",
+        current=_fraction(base),
         proposed=f"{new:.2f}",
-        arithmetic=(f"{base:.2f} {'+ 0.04' if raise_it else '- 0.05'} = {new:.2f}",),
+        arithmetic=arithmetic,
         verify=(
-            "the server starts and logs `KV Cache is allocated. #tokens: N` with N > 0"
+            # (0.5.23 prints `KV Cache is allocated. dtype: ..., #tokens: N`; the pool line
+            # is the same in every release)
+            "the server starts and logs `max_total_num_tokens=N` with N > 0"
             if raise_it
             else "no CUDA OOM under the same load"
         ),

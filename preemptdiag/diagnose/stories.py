@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from preemptdiag.model.records import Class, Event, Kind, Window
+from preemptdiag.timeline.knobs import arg_value
 
 _ALLOC_WORDS = {
     "cuda_oom": "CUDA out of memory",
@@ -51,7 +52,10 @@ def alloc_why(w: Window) -> str:
 def cpu_backend(events: Sequence[Event]) -> bool:
     """The engine's KV pool lives in host RAM (vLLM's CPU backend)."""
     return any(
-        e.fields.get("device") == "cpu" or e.fields.get("kv_device") == "CPU"
+        e.fields.get("device") == "cpu"
+        or e.fields.get("kv_device") == "CPU"
+        # SGLang's server_args (`'device': 'cpu'`, a real 0.5.23 on --device cpu)
+        or (e.engine == "sglang" and arg_value(e, "device") == "cpu")
         for e in events
         if e.kind in (Kind.CONFIG, Kind.CAPACITY)
     )

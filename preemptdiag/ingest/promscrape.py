@@ -166,6 +166,10 @@ def looks_like_prometheus(first_chunk: bytes) -> bool:
     return n > 1
 
 
+# SGLang's per-step gauge of retracted requests, exported beside its retraction counter.
+_SGLANG_RETRACTING = "sglang:num_retracted_reqs"
+
+
 def parse_scrapes(text: str, source: str, default_ts: datetime | None) -> list[Scrape]:
     """Split a file into scrapes and reduce each one. `default_ts` (the file's mtime)
     stamps scrapes that carry no timestamp of their own."""
@@ -179,9 +183,16 @@ def parse_scrapes(text: str, source: str, default_ts: datetime | None) -> list[S
             ts: datetime | None = _from_epoch(max(stamps)) if stamps else None
             ts = ts or marker_ts or default_ts
             scrape = _reduce(group, source, ts)
+            used = _used_names(group)
+            if "preemptions_total" not in used and any(s.name == _SGLANG_RETRACTING for s in group):
+                # SGLang's labelled retraction counter has no sample until the first
+                # retraction; the gauge beside it says this release has one: it is 0 (a
+                # real 0.5.23 counted 22, and 17 were lost with the first scrape's 0).
+                scrape = replace(scrape, values={**scrape.values, "preemptions_total": 0.0})
+                used["preemptions_total"] = _SGLANG_RETRACTING
             lines = {
                 key: where[name][min(gi, len(where[name]) - 1)]
-                for key, name in _used_names(group).items()
+                for key, name in used.items()
                 if where.get(name)
             }
             scrapes.append(replace(scrape, lines=lines))

@@ -109,6 +109,24 @@ def scrape_events(scrapes: Sequence[Scrape], replica: str) -> list[Event]:
     return out
 
 
+def counted_once(events: Sequence[Event]) -> list[Event]:
+    """`events` with the /metrics counter's deltas set to 0 for the replicas whose log
+    counts every preemption itself (SGLang's retraction lines, V0's warnings with their
+    cumulative counter): the counter's events stay, as evidence and for the span they
+    cover, but the same preemptions are not counted twice. A real 0.5.23 logged 22
+    retractions while its counter rose by 22: both together made 44, or with the
+    counter's first read lost, 27 and a thrash loop where the log showed bursts."""
+    logged = {e.replica for e in events if e.kind is Kind.PREEMPTION and e.engine != "prometheus"}
+    if not logged:
+        return list(events)
+    return [
+        replace(e, preemptions=0)
+        if e.engine == "prometheus" and e.kind is Kind.PREEMPTION and e.replica in logged
+        else e
+        for e in events
+    ]
+
+
 # A scrape dated only by its file's time joins a log only within this of its span: a
 # copied file's time is when it was copied, not when it was scraped.
 _MTIME_SLACK_S = 3600.0
