@@ -381,7 +381,10 @@ def test_split_at_every_record_start_matches_one_pass(tmp_path: Path) -> None:
         part = tmp_path / f"line{i}.log"
         part.write_bytes(data[lo:hi])
         alone.append(scan_fast(open_source(str(part)), MATCHER))
-    assert len(merge(src.name, alone).hits) < len(one.hits)
+    # (a count would not do: a piece alone can also match what the whole record hides,
+    # as signature examples come and go in the generated log)
+    kept = {(h.line, h.sig) for h in merge(src.name, alone).hits}
+    assert {(h.line, h.sig) for h in one.hits} - kept
 
 
 # --- found while writing these tests ---------------------------------------------------
