@@ -170,14 +170,18 @@ EXPECT_0_20 = {
 
 # vLLM 0.11.0: no `Preemptions:` field; its engine core segfaulted (inside IPEX) in three
 # of the five runs that preempted, before a preempted request ran again, so the counter
-# read 0: the pinned pool with a queue is suspected, and the death is told.
+# read 0: the pinned pool with a queue is suspected, and the death is told, with the
+# kernel's segfault line (dmesg-iso.log) when it is given. In
+# benign_preemption_ipex_segfault the segfault falls in the one pinned window: the
+# crash decides it (PD105), not the suspicion.
+_CRASHED = Expect("insufficient_evidence", "medium", False, None, 0)
 EXPECT_0_11 = {
     "healthy": (
         Expect("healthy", "medium", False, None, 0),
         Expect("healthy", "medium", False, None, 0),
     ),
     "benign_preemption": (_SUSPECTED, _SUSPECTED),
-    "benign_preemption_ipex_segfault": (_SUSPECTED, _SUSPECTED),
+    "benign_preemption_ipex_segfault": (_CRASHED, _CRASHED),
     "thrash_loop_ipex_segfault": (_SUSPECTED, _SUSPECTED),
     "thrash_loop": (_SUSPECTED, _THRASH),
     "thrash_loop_cpu0.2": (_SUSPECTED, _THRASH),
@@ -525,10 +529,25 @@ def test_an_engine_that_died_in_a_suspected_overload_is_told(
     assert _truth(name, version)["metrics"]["preemptions_delta"] == 0
     _, report = analyze(capsys, *_files(name, True, version))
     v = report["verdict"]
-    assert v["suspected"] and v["why"].endswith("; then the engine died (window from 05:54)")
+    assert v["suspected"] and v["why"].endswith(
+        "; then the engine died (window from 05:54): VLLM::EngineCor (pid 15617) died of a "
+        "segfault in libintel-ext-pt-cpu.so, by the kernel's line"
+    )
     assert v["cause"] is None  # nothing shows the pressure killed it
-    dead = [e["line"] for e in v["evidence"] if e["kind"] == "engine_dead"]
-    assert dead == [105, 113]
+    dead = [(Path(e["file"]).name, e["line"]) for e in v["evidence"] if e["kind"] == "engine_dead"]
+    assert dead == [("dmesg-iso.log", 1), ("server.log", 105), ("server.log", 113)]
+    # without the kernel's line the log says only that the engine core died
+    _, alone = analyze(capsys, *_files(name, True, version)[:-1])
+    assert alone["verdict"]["why"].endswith("; then the engine died (window from 05:54)")
+
+
+def test_a_segfault_in_the_kernel_log_names_the_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    _, report = analyze(capsys, *_files("benign_preemption_ipex_segfault", True, "0.11.0"))
+    assert report["verdict"]["why"] == (
+        "engine died: VLLM::EngineCor (pid 17175) died of a segfault in libintel-ext-pt-cpu.so "
+        "(the kernel's line): a crash, not memory pressure"
+    )
+    assert report["lever"]["knob"] is None
 
 
 SGLANG = "sglang-0.5.23"

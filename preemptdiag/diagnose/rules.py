@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
-from preemptdiag.diagnose.stories import cpu_backend, healthy_why, host_story, queueing_why
+from preemptdiag.diagnose.stories import (
+    cpu_backend,
+    crash_of,
+    healthy_why,
+    host_story,
+    queueing_why,
+)
 from preemptdiag.diagnose.visibility import Visibility
 from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
@@ -285,7 +291,9 @@ def verdict(
             # (a real 0.11.0's engine core segfaulted in the middle of such an overload:
             # the death is what the reader must not miss; nothing says the one caused
             # the other, so no cause is named)
-            why += f"; then the engine died (window from {died.start:%H:%M})"
+            crash = crash_of(died.evidence)
+            how = f": {crash}, by the kernel's line" if crash else ""
+            why += f"; then the engine died (window from {died.start:%H:%M}){how}"
     evidence = _verdict_evidence(run)
     capture = vis.capture_next if suspected else None
     off = vis.stats_off_at(head.replica)

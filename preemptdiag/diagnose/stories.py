@@ -163,3 +163,17 @@ def host_story(events: Sequence[Event]) -> tuple[str | None, str | None, str | N
         if why is None:
             why = "the container runtime reports an OOM kill / exit 137: host memory, not the GPU"
     return why, cause, consequence
+
+
+def crash_of(evidence: Sequence[Event]) -> str | None:
+    """The kernel's segfault line among `evidence`, in words: "VLLM::EngineCor (pid
+    15617) died of a segfault in libintel-ext-pt-cpu.so". A real 0.11.0's engine core
+    died so mid-overload; the log itself only says `died unexpectedly`."""
+    for e in evidence:
+        if e.fields.get("subtype") == "segfault":
+            lib = e.fields.get("library")
+            where = f" in {lib}" if isinstance(lib, str) else ""
+            return (
+                f"{e.fields.get('process')} (pid {e.fields.get('pid')}) died of a segfault{where}"
+            )
+    return None

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from preemptdiag.diagnose.stories import alloc_why
+from preemptdiag.diagnose.stories import alloc_why, crash_of
 from preemptdiag.diagnose.visibility import BLIND, Visibility
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
@@ -117,16 +117,20 @@ def engine_died(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
     """The engine died and this window holds no memory evidence for why.
 
     Why undecided: a death alone has many causes; a requested stop's shutdown race is
-    not one (events drop it), and the memory evidence, when present, wins above.
+    not one (events drop it), and the memory evidence, when present, wins above. The
+    kernel's segfault line, when given (dmesg), names the crash: no memory lever helps.
     Example: `EngineDeadError: EngineCore encountered an issue.`
     """
     if not w.engine_deaths:
         return None
+    crash = crash_of(w.evidence)
     return _set(
         w,
         Class.INSUFFICIENT_EVIDENCE,
         Confidence.MEDIUM,
-        "engine died; this window holds no memory evidence for why",
+        f"engine died: {crash} (the kernel's line): a crash, not memory pressure"
+        if crash
+        else "engine died; this window holds no memory evidence for why",
     )
 
 
