@@ -53,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The vLLM harness's own helpers (it is standard library only): one copy of each.
-from harness import Scrape, free_port, parse_metrics, say, utc_iso, write_json
+from harness import Load, Scrape, free_port, parse_metrics, say, utc_iso, write_json
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -263,24 +263,6 @@ def check_venv() -> None:
 
 
 @dataclass
-class Load:
-    mode: str
-    duration_s: float
-    max_tokens: int
-    rate: float = 1.0
-    concurrency: int = 1
-    count: int = 100_000
-    max_in_flight: int = 1200
-    drain_s: float = 0.0
-    prompt_len: int = 64
-    # SGLang reserves the full max_new_tokens for an `ignore_eos` request at admission
-    # (schedule_policy.py: ratio 1.0 if ignore_eos), so an ignore_eos load can never
-    # make it retract. These requests drop ignore_eos and set min_tokens = max_tokens:
-    # the length is still exact arithmetic, and admission uses new_token_ratio.
-    exact_length_via_min_tokens: bool = True
-
-
-@dataclass
 class Scenario:
     name: str
     summary: str
@@ -297,14 +279,24 @@ SCENARIOS = (
         "16,384-token pool, closed loop of 2, 64+128 tokens a request, 60 s",
         "healthy",
         ("--max-total-tokens", "16384"),
-        Load(mode="closed", concurrency=2, duration_s=60, max_tokens=128, drain_s=60),
+        Load(
+            mode="closed",
+            count=100_000,
+            duration_s=60,
+            concurrency=2,
+            max_in_flight=1200,
+            drain_s=60,
+            max_tokens=128,
+        ),
     ),
     Scenario(
         "retract",
         "4,096-token pool, open loop 3 req/s, 64+512 tokens a request, 120 s then cancel",
         "retraction (any class with retractions; the run measures how many)",
         ("--max-total-tokens", "4096"),
-        Load(mode="open", rate=3.0, duration_s=120, max_tokens=512, drain_s=0),
+        Load(
+            mode="open", count=100_000, duration_s=120, rate=3.0, max_in_flight=1200, max_tokens=512
+        ),
         idle_s=15.0,
     ),
     Scenario(
@@ -312,7 +304,7 @@ SCENARIOS = (
         "--mem-fraction-static 1e-05, no --max-total-tokens: the KV pool cannot be sized",
         "allocation_failure (start-up)",
         ("--mem-fraction-static", "0.00001"),
-        Load(mode="closed", duration_s=1, max_tokens=1),  # never sent: start-up fails
+        Load(mode="closed", count=1, duration_s=1, max_tokens=1),  # never sent: start-up fails
     ),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -436,44 +428,26 @@ def load_client(sc: Scenario, base: str, outdir: Path) -> Any:
     sys.path.insert(0, str(HERE))
     import load  # bench/engine/load.py
 
-    ld = sc.load
     argv = [
-        "--url",
-        base,
-        "--model",
-        MODEL_NAME,
-        "--mode",
-        ld.mode,
-        "--rate",
-        str(ld.rate),
-        "--concurrency",
-        str(ld.concurrency),
-        "--max-in-flight",
-        str(ld.max_in_flight),
-        "--count",
-        str(ld.count),
-        "--duration",
-        str(ld.duration_s),
-        "--drain",
-        str(ld.drain_s),
-        "--prompt-len",
-        str(ld.prompt_len),
-        "--max-tokens",
-        str(ld.max_tokens),
-        "--out",
-        str(outdir / "client.json"),
+        f"--url={base}",
+        f"--model={MODEL_NAME}",
+        *sc.load.argv(),
+        f"--out={outdir / 'client.json'}",
     ]
     client = load.Client(load.parse_args(argv))
-    if ld.exact_length_via_min_tokens:
-        post = client.http.post
+    # SGLang reserves the full max_new_tokens for an `ignore_eos` request at admission
+    # (schedule_policy.py: ratio 1.0 if ignore_eos), so an ignore_eos load can never make
+    # it retract. These requests drop ignore_eos and set min_tokens = max_tokens: the
+    # length is still exact arithmetic, and admission uses new_token_ratio.
+    post = client.http.post
 
-        async def exact_len_post(url: str, json: dict[str, Any], **kw: Any) -> Any:
-            body = dict(json)
-            body.pop("ignore_eos", None)
-            body["min_tokens"] = body["max_tokens"]
-            return await post(url, json=body, **kw)
+    async def exact_len_post(url: str, json: dict[str, Any], **kw: Any) -> Any:
+        body = dict(json)
+        body.pop("ignore_eos", None)
+        body["min_tokens"] = body["max_tokens"]
+        return await post(url, json=body, **kw)
 
-        client.http.post = exact_len_post  # type: ignore[method-assign]
+    client.http.post = exact_len_post  # type: ignore[method-assign]
     return client
 
 
