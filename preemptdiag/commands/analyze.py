@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 
@@ -57,6 +57,9 @@ from preemptdiag.scan.parallel import plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
+from preemptdiag.timeline.calm import Placed, place
+from preemptdiag.timeline.calm import lines as calm_lines
+from preemptdiag.timeline.calm import windows as calm_windows
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
 from preemptdiag.timeline.knobs import read_facts
 from preemptdiag.timeline.replicas import replica_facts
@@ -88,6 +91,9 @@ class Options:
     strict: bool = False
     max_events: int | None = None  # signal lines kept at most (limits.py); None: no limit
     rollup: bool = True  # merge stats lines per stream and minute when exact (rollup.py)
+    # keep calm stream-minutes as numbers, not events, when exact (timeline/calm.py);
+    # compare reads every stats line's event, so it turns this off
+    calm: bool = True
     prometheus: PromSource | None = None  # a Prometheus-API store read beside the files
 
 
@@ -109,6 +115,7 @@ def scan_sources(
     preload: Callable[[], None] | None = None,
     max_hits: int | None = None,
     rollup: bool = False,
+    calm_kv: float | None = None,
 ) -> list[ScanResult]:
     """Scan every source, in order. With several jobs and enough work the files go
     to forked processes (parallel.plan) and the parent runs `preload` meanwhile;
@@ -120,7 +127,9 @@ def scan_sources(
     if tasks:
         size = sum(sources[i].size or 0 for i in {i for i, _ in tasks})
         start = partial(progress, size) if progress and size else None
-        done = scan_parallel(sources, tasks, matcher, jobs, start, preload, max_hits, rollup)
+        done = scan_parallel(
+            sources, tasks, matcher, jobs, start, preload, max_hits, rollup, calm_kv
+        )
         preload = None
         _check_limit(sources, done, max_hits)
     piped = any(s.path is None for s in sources)
@@ -135,7 +144,9 @@ def scan_sources(
             progress_fn = start_fn() if start_fn else None
             if progress_fn is None and later is not None and src.path is None:
                 progress_fn = later.read
-            done[i] = scan_fast(src, matcher, progress=progress_fn, max_hits=left, rollup=rollup)
+            done[i] = scan_fast(
+                src, matcher, progress=progress_fn, max_hits=left, rollup=rollup, calm_kv=calm_kv
+            )
             kept += done[i].held
     _check_limit(sources, done, max_hits)
     return [done[i] for i in range(len(sources))]
@@ -249,6 +260,20 @@ def judge(
     until: datetime | None,
 ) -> Judgement:
     """The one path from events to verdict and lever (analyze's and fleet's)."""
+    got = _judge(unfiltered, opts, since, until, ())
+    assert got is not None  # (only calm minutes can make it give up)
+    return got
+
+
+def _judge(
+    unfiltered: Sequence[Event],
+    opts: Options,
+    since: datetime | None,
+    until: datetime | None,
+    calm: Sequence[Placed],
+) -> Judgement | None:
+    """judge, with calm minutes beside the events (timeline/calm.py); None when they
+    cannot stand for their lines here (analyze then scans again without them)."""
     events = list(unfiltered)
     if since or until:
         events = [
@@ -257,15 +282,27 @@ def judge(
             if e.ts is None
             or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
-    info = detect_engine(events)
+    info = detect_engine(events, calm_lines(calm))
     vis = preemption_visibility(events, info)
+    built = build_windows(
+        events,
+        opts.window_seconds,
+        opts.thresholds,
+        vis.counted_since if vis.settled else None,
+    )
+    if calm:
+        # (a late V1 count reads every stats line's Waiting: visibility.Settled)
+        late = {s.replica for s in vis.settled}
+        merged = (
+            None
+            if late & {p.replica for p in calm}
+            else calm_windows(calm, built, opts.window_seconds)
+        )
+        if merged is None:
+            return None
+        built = merged
     windows = classify(
-        build_windows(
-            events,
-            opts.window_seconds,
-            opts.thresholds,
-            vis.counted_since if vis.settled else None,
-        ),
+        built,
         opts.thresholds,
         vis,
         opts.window_seconds,
@@ -295,21 +332,33 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
     rollup = opts.rollup and _rollup_exact(opts)
+    calm_kv = opts.thresholds.kv_pressure_pct if rollup and _calm_exact(opts, logs, proms) else None
     matcher = Matcher(sigs)
     # The scan makes no reference cycles (tests/test_scan.py checks every shipped and
     # fuzzed input), so the collector only walked its growing heap of hits again and
     # again: ~1 s of a month of stats lines.
     with cyclic_gc_paused():
         results = scan_sources(
-            logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup
+            logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup, calm_kv
         )
-        return _judged(opts, results, logs, proms)
+        done = _judged(opts, results, logs, proms)
+        if done is None:
+            # Calm minutes could not stand for their lines here (timeline/calm.py): as
+            # they all would have been, events. (Rare: the test suite's inputs, the
+            # corpus and the fuzzers' name which.)
+            results = scan_sources(
+                logs, matcher, opts.jobs, None, None, opts.max_events, rollup, None
+            )
+            done = _judged(opts, results, logs, proms)
+            assert done is not None
+        return done
 
 
 def _judged(
     opts: Options, results: list[ScanResult], logs: list[Source], proms: list[Source]
-) -> Outcome:
-    """Everything after the scan: events, windows, verdict, lever, the report."""
+) -> Outcome | None:
+    """Everything after the scan: events, windows, verdict, lever, the report. None
+    when the scan's calm minutes cannot stand for their lines (timeline/calm.py)."""
     # How each log was dated, read off its hits: once they are events nothing else
     # needs them, and a month of stats rollups' hits (~0.5 KB a minute) go.
     dated = [
@@ -321,8 +370,13 @@ def _judged(
     ]
     events = build_events(hits_by_source, opts.time)
     del hits_by_source
+    calm: list[Placed] = []
     for r in results:
-        r.hits = []
+        placed = place(r.calm, r.hits, events, opts.window_seconds)
+        if placed is None:
+            return None
+        calm += placed
+        r.hits, r.calm = [], []
     notes: list[str] = rotation_notes(events)
     events = attach_system_sources(events, notes)
     store: tuple[str, int] | None = None  # (shown URL, replicas) of a store read
@@ -360,7 +414,9 @@ def _judged(
     # keep: the filter narrows the windows and their evidence, not what the engine is.
     unfiltered = events
     since, until = _time_range(opts, events)
-    j = judge(unfiltered, opts, since, until)
+    j = _judge(unfiltered, opts, since, until, calm)
+    if j is None:
+        return None
     v, windows, lever, info, vis, events = (
         j.verdict,
         j.windows,
@@ -408,6 +464,7 @@ def _judged(
                     },
                     **{name: how or "no timestamps" for name, how in dated},
                 },
+                calm,
             ),
         )
     )
@@ -489,6 +546,24 @@ def _rollup_exact(opts: Options) -> bool:
         and on_minute(opts.since)
         and on_minute(opts.until)
         and (offset is None or offset.total_seconds() % 60 == 0)
+    )
+
+
+def _calm_exact(opts: Options, logs: Sequence[Source], proms: Sequence[Source]) -> bool:
+    """Whether calm minutes may stand for their lines (timeline/calm.py): not beside
+    /metrics scrapes or a store (a V1 count read there reads every stats line's
+    Waiting), --since/--until (they cut by line), a named zone (its clock changes
+    inside a day: a minute is timed from the hit before it), or stdin (where they
+    cannot, the files are scanned again without them)."""
+    return (
+        opts.calm
+        and opts.window_seconds == 60  # (the lane keeps a minute calm by its neighbours)
+        and all(s.path is not None for s in logs)  # (read twice if they cannot)
+        and not proms
+        and opts.prometheus is None
+        and opts.since is None
+        and opts.until is None
+        and isinstance(opts.time.tz, timezone)
     )
 
 

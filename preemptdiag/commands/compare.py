@@ -135,8 +135,9 @@ def _tok(v: float | None) -> str:
 
 def compare(before: Sequence[str], after: Sequence[str], opts: Options) -> Comparison:
     stdin_once([*before, *after])
-    ob = run_analysis(replace(opts, files=tuple(before)))
-    oa = run_analysis(replace(opts, files=tuple(after)))
+    # (summarize reads every stats line's event: no calm minutes)
+    ob = run_analysis(replace(opts, files=tuple(before), calm=False))
+    oa = run_analysis(replace(opts, files=tuple(after), calm=False))
     b, a = summarize(ob, before), summarize(oa, after)
     changed = {
         k: (b.knobs.get(k), a.knobs.get(k))

@@ -122,6 +122,27 @@ class Hit:
 
 
 @dataclass(frozen=True, slots=True)
+class CalmMinute:
+    """A stream's clock minute of stats lines that the scan kept as numbers, not as
+    hits: nothing waiting on any line, no preemption, KV under the pressure threshold
+    (scan/lane.py decides; timeline/calm.py makes its window). A month of a quiet
+    server is 43,200 of them; as hits, events and a rollup each they were most of a
+    long log's time and memory."""
+
+    first_line: int  # its first line (what would have been the rollup's carrier)
+    first_second: int  # that line's seconds (the minute is the same for all)
+    last_line: int
+    last_second: int
+    last_pos: int  # where the last line's match starts in it
+    clock: tuple[str, str]  # the clock its stamps set (rollup.stamp_of)
+    hour: int
+    minute: int
+    stats: RollupStats
+    swapped: tuple[int | None, int | None]  # its first and last line's Swapped
+    peak: Hit  # the first line at its highest KV usage: the window's evidence
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """A hit with a resolved timestamp and its derived counts."""
 
@@ -339,9 +360,9 @@ def _by_constructor(cls: type) -> None:
     cls.__reduce__ = reduce  # type: ignore[assignment, method-assign]
 
 
-for _cls in (RollupStats, Rollup, WrapperStamp, Hit):
+for _cls in (RollupStats, Rollup, WrapperStamp, Hit, CalmMinute):
     _by_constructor(_cls)
 
 # The classes a month of stats lines makes one (or several) of a minute (fastinit.py).
-for _fast in (RollupStats, Rollup, WrapperStamp, Hit, Event, Window):
+for _fast in (RollupStats, Rollup, WrapperStamp, Hit, CalmMinute, Event, Window):
     fast_init(_fast)

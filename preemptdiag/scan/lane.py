@@ -46,7 +46,15 @@ from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from preemptdiag.model import request_text
-from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
+from preemptdiag.model.records import (
+    CalmMinute,
+    FieldValue,
+    Hit,
+    Kind,
+    Rollup,
+    RollupStats,
+    WrapperStamp,
+)
 from preemptdiag.model.timeparse import parse_iso
 from preemptdiag.scan.bulk import (
     _BAD,
@@ -61,7 +69,9 @@ from preemptdiag.scan.lines import _LEVEL_WORDS, _RECORD_START, sglang_rank
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, Matcher, ScanResult, cut
 from preemptdiag.scan.rollup import (
     AGG_FIELDS,
+    KV,
     STREAM_FIELDS,
+    WAITING,
     RollupSink,
     key_of,
     last_fields,
@@ -677,6 +687,7 @@ def _roll(
             run=pl.col("run").first(),
             stream=pl.col("stream").first(),
             set=pl.col("set").first(),
+            minute=pl.col("minute").first(),
         )
         .with_columns(
             edge=(pl.col("run") == 0) & pl.col("stream").is_first_distinct()
@@ -695,6 +706,7 @@ def _roll(
     odd = iter(sorted(others.items()))
     nxt = next(odd, None)
     last_line, went_to = 0, sink.went_to
+    calm = _calm_segments(source, plan, segs, aggs, others, result.calm_kv)
     for seg, first, members, run, edge, stream, which in segs.select(
         "seg", "first", "members", "run", "edge", "stream", "set"
     ).iter_rows():
@@ -718,7 +730,11 @@ def _roll(
                 fed[stream] = _feed(source, r, i, sink)
             went_to = sink.went_to
         else:
-            _close_segment(source, r, aggs[seg], sink)
+            minute = calm.get(seg)
+            if minute is None:
+                _close_segment(source, r, aggs[seg], sink)
+            else:
+                result.calm.append(minute)
             went_to = None
         result.recognised[r.sig.family] += len(members)
         last_line = max(last_line, r.lineno[members[-1]])
@@ -840,6 +856,103 @@ def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
     }
 
 
+def _calm_segments(
+    source: str,
+    plan: _Plan,
+    segs: pl.DataFrame,
+    aggs: dict[int, _Agg],
+    others: dict[int, ScanResult],
+    kv_limit: float | None,
+) -> dict[int, CalmMinute]:
+    """The inner segments that go as calm minutes (by segment), with calm minutes on.
+    Not: the first segment of each clock in the block that is no edge (a calm minute
+    is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
+    anything else of the block is in (an edge, another segment, an odd line): a window
+    is all calm minutes or all events (a one-minute window; calm minutes are off for
+    others, and a clash across blocks makes analyze scan again without them)."""
+    if kv_limit is None:
+        return {}
+    out: dict[int, CalmMinute] = {}
+    busy = {stamp(h)[1] for got in others.values() for h in got.hits}
+    run_now, anchored = 0, True
+    for seg, minute, run, edge, which in segs.select(
+        "seg", "minute", "run", "edge", "set"
+    ).iter_rows():
+        if run != run_now:
+            run_now, anchored = run, False
+        got = None if edge or not anchored else _calm(source, plan.sets[which], aggs[seg], kv_limit)
+        if got is None:
+            busy.add(minute)
+            anchored = True
+        else:
+            out[seg] = got
+    return {seg: m for seg, m in out.items() if _minute(m) not in busy}
+
+
+def _minute(m: CalmMinute) -> str:
+    """m's clock minute, as the lane's `minute` column and rollup.stamp spell it."""
+    day = m.clock[1]
+    return f"{day} {m.hour:02d}:{m.minute:02d}"
+
+
+def _calm(source: str, r: _Rows, a: _Agg, kv_limit: float | None) -> CalmMinute | None:
+    """The segment as a calm minute (records.CalmMinute), None when it is not one or
+    calm minutes are off (`kv_limit` None). Calm: every line says Waiting: 0, none
+    preempted or carries a preemption count (V1's `Preemptions:` makes every stats line
+    a read of a late counter: diagnose/visibility.py), KV under `kv_limit` (no V0
+    counter delta is spread onto such a window: windows.py). Such a window is healthy
+    whatever else the log holds: no rule before PD110 can take it."""
+    if kv_limit is None or a.preemptions or a.lower or "cumulative" in r.sig.fields:
+        return None
+    if a.counts[WAITING] != a.n or a.maxes[WAITING] != 0:
+        return None
+    kv = a.maxes[KV]
+    if kv is not None and kv >= kv_limit:
+        return None
+    counts = r.typed.get("preemptions")
+    if counts is not None and any(counts[i] is not None for i in a.rows):
+        return None
+    first, last = a.rows[0], a.rows[-1]
+    stamp = r.ts[first] if r.wrapper is None else r.wrapper[first]
+    at = 6 if r.wrapper is None else 11  # the hour in `MM-DD HH:MM:SS` / `YYYY-MM-DD ...`
+    assert stamp is not None
+    swapped = r.typed.get("swapped")
+    return CalmMinute(
+        first_line=r.lineno[first],
+        first_second=_second(r, first),
+        last_line=r.lineno[last],
+        last_second=_second(r, last),
+        last_pos=r.start[last],
+        clock=_clock(r, first),
+        hour=int(stamp[at : at + 2]),
+        minute=int(stamp[at + 3 : at + 5]),
+        stats=_stats(a),
+        swapped=(None, None) if swapped is None else (swapped[first], swapped[last]),
+        peak=_hit(source, r, a.peak_row),
+    )
+
+
+def _second(r: _Rows, i: int) -> int:
+    stamp = r.ts[i] if r.wrapper is None else r.wrapper[i]
+    assert stamp is not None
+    return int(stamp[-2:])
+
+
+def _stats(a: _Agg) -> RollupStats:
+    """What Builder.build sums up of the segment's lines."""
+    return RollupStats(
+        n=a.n,
+        preemptions=a.preemptions,
+        lower=a.lower,
+        sums=a.sums,
+        counts=a.counts,
+        maxes=a.maxes,
+        waiting_pos=a.waiting_pos,
+        peak_kv=a.peak_kv,
+        peak_running=a.peak_running,
+    )
+
+
 def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
     """Append the hit Builder.build gives for this closed segment to the sink (each
     hit made once: the carrier with its rollup, the last line slimmed unless kept)."""
@@ -860,18 +973,7 @@ def _close_segment(source: str, r: _Rows, a: _Agg, sink: RollupSink) -> None:
         last = hit(last_row)
     else:
         last = _hit(source, r, last_row, last_fields(_fields(r, last_row)), "")
-    stats = RollupStats(
-        n=a.n,
-        preemptions=a.preemptions,
-        lower=a.lower,
-        sums=a.sums,
-        counts=a.counts,
-        maxes=a.maxes,
-        waiting_pos=a.waiting_pos,
-        peak_kv=a.peak_kv,
-        peak_running=a.peak_running,
-    )
-    rollup = Rollup(stats, last, hit(a.peak_row), tuple(hit(i) for i in a.preempting))
+    rollup = Rollup(_stats(a), last, hit(a.peak_row), tuple(hit(i) for i in a.preempting))
     sink.hits.append(_hit(source, r, carrier_row, rollup=rollup))
     kept_rows = {last_row, a.peak_row, *a.preempting} - {carrier_row}
     sink.members += len(kept_rows)

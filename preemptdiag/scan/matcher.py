@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from preemptdiag.model import request_text
-from preemptdiag.model.records import FieldValue, Hit, WrapperStamp
+from preemptdiag.model.records import CalmMinute, FieldValue, Hit, WrapperStamp
 from preemptdiag.model.request_text import Span
 from preemptdiag.scan.lines import (
     Line,
@@ -74,6 +74,10 @@ class ScanResult:
     # Lines a closed rollup keeps besides its carrier (its last, peak, preempting
     # lines): each costs what a hit does, so the memory guard counts them (limits.py).
     members: int = 0
+    # With calm minutes on (lane.py): the KV usage they stay under, and the minutes
+    # kept as numbers instead of hits, in line order.
+    calm_kv: float | None = None
+    calm: list[CalmMinute] = field(default_factory=list)
 
     @property
     def held(self) -> int:

@@ -26,7 +26,7 @@ from preemptdiag.ingest.sources import Source
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.gcpause import cyclic_gc_paused
-from preemptdiag.model.records import Hit
+from preemptdiag.model.records import CalmMinute, Hit
 from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
@@ -196,6 +196,7 @@ def _scan_part(args: tuple[int, Source, tuple[int, int] | None]) -> ScanResult:
         rollup=_INHERITED["rollup"],
         snap=_INHERITED["snaps"][i],
         budget=budget,
+        calm_kv=_INHERITED["calm_kv"],
     )
     return result
 
@@ -209,6 +210,7 @@ def scan_parallel(
     while_waiting: Callable[[], None] | None = None,
     max_hits: int | None = None,
     rollup: bool = False,
+    calm_kv: float | None = None,
 ) -> dict[int, ScanResult]:
     """Scan `tasks` (see plan) in up to `jobs` processes; the result of each source
     they cover, by its index in `sources`.
@@ -236,6 +238,7 @@ def scan_parallel(
             snaps[i] = take(path, sources[i].name)
             _check_cut(snaps[i], [r for j, r in tasks if j == i and r is not None])
         _INHERITED.update(matcher=matcher, counter=counter, max_hits=max_hits, rollup=rollup)
+        _INHERITED.update(calm_kv=calm_kv)
         _INHERITED.update(held=held, snaps=snaps)  # what workers hold; the files opened
         # Unpickling the workers' results and moving their line numbers make objects
         # and no garbage: without the collector, 1.1 -> 0.4 s to load a month's hits.
@@ -317,12 +320,26 @@ def _shifted(h: Hit, offset: int) -> Hit:
     return evolve(h, line=h.line + offset, rollup=map_rollup(h.rollup, shift))
 
 
+def _calm_shifted(m: CalmMinute, offset: int) -> CalmMinute:
+    """`m` with its line numbers counted from the file start."""
+    if offset == 0:
+        return m
+    return evolve(
+        m,
+        first_line=m.first_line + offset,
+        last_line=m.last_line + offset,
+        peak=evolve(m.peak, line=m.peak.line + offset),
+    )
+
+
 def merge(name: str, parts: list[ScanResult]) -> ScanResult:
     """One result from the results of consecutive byte ranges, in file order."""
     merged = ScanResult(source=name)
     offset = 0
     for part in parts:
         merged.hits.extend(_shifted(h, offset) for h in part.hits)
+        merged.calm.extend(_calm_shifted(m, offset) for m in part.calm)
+        merged.calm_kv = part.calm_kv
         offset += part.lines_read
         merged.lines_read += part.lines_read
         merged.bytes_read += part.bytes_read

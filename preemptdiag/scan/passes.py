@@ -145,11 +145,13 @@ def scan_fast(
     rollup: bool = False,
     snap: Snapshot | None = None,
     budget: Budget | None = None,
+    calm_kv: float | None = None,
 ) -> ScanResult:
     """Scan `src` (or `byte_range` of it); more than `max_hits` events held is a
     DiagError, raised as soon as a block crosses it (see limits.py), and so is a
     shared `budget` (--jobs workers) running out. With `rollup`, stats lines of one
-    stream and clock minute come back merged (rollup.py).
+    stream and clock minute come back merged (rollup.py); with `calm_kv` too, the
+    stream-minutes the lane finds calm come back as numbers (ScanResult.calm).
 
     A file is read from `snap` (one open for the run, snapshot.py), or from one taken
     here; a file cut shorter while it is read is a DiagError."""
@@ -157,7 +159,16 @@ def scan_fast(
         own = take(src.path, src.name)
         try:
             return scan_fast(
-                src, matcher, progress, byte_range, first_line, max_hits, rollup, own, budget
+                src,
+                matcher,
+                progress,
+                byte_range,
+                first_line,
+                max_hits,
+                rollup,
+                own,
+                budget,
+                calm_kv,
             )
         finally:
             own.close()
@@ -167,6 +178,7 @@ def scan_fast(
         _prime(src, matcher, byte_range[0], snap)
     if rollup:
         result.sink = RollupSink(result.hits)
+        result.calm_kv = calm_kv
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read

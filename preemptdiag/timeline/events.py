@@ -445,6 +445,12 @@ def _event(
     )
 
 
+def stamp_event(h: Hit, ts: datetime | None, replica: str) -> Event:
+    """The event of a stats line that is no rollup, as build_events makes it."""
+    n, lower = stats_preemptions(h.fields)
+    return _event(h, ts, replica, n, lower)
+
+
 def _member_events(h: Hit, ts: datetime | None, replica: str) -> Rollup[Event]:
     """The rollup's member lines as events of their own (evidence, ordering)."""
     assert h.rollup is not None
@@ -469,20 +475,26 @@ def _no_kv_room(f: Mapping[str, FieldValue]) -> bool:
     return isinstance(v, float) and v <= 0
 
 
-def detect_engine(events: Sequence[Event]) -> EngineInfo:
+def detect_engine(
+    events: Sequence[Event],
+    calm: Iterable[tuple[Mapping[str, FieldValue], str, int]] = (),
+) -> EngineInfo:
+    """The engine, generation and version the events' lines are mostly of. `calm`:
+    (fields, engine, lines) of stats lines that are no event (timeline/calm.py)."""
     engines: defaultdict[str, int] = defaultdict(int)
     gens: defaultdict[str, int] = defaultdict(int)
     version: str | None = None
-    for e in events:
-        eng = e.fields.get("engine")
+    lines = ((e.fields, e.engine, e.lines) for e in events)
+    for fields, engine, n in (*lines, *calm):
+        eng = fields.get("engine")
         if isinstance(eng, str) and eng in ("vllm", "sglang"):
-            engines[eng] += e.lines
-        elif e.engine in ("vllm", "sglang"):
-            engines[e.engine] += e.lines
-        gen = e.fields.get("generation")
+            engines[eng] += n
+        elif engine in ("vllm", "sglang"):
+            engines[engine] += n
+        gen = fields.get("generation")
         if isinstance(gen, str) and gen in ("v0", "v1"):
-            gens[gen] += e.lines
-        v = e.fields.get("version")
+            gens[gen] += n
+        v = fields.get("version")
         if isinstance(v, str) and v and version is None:
             version = v.lstrip("v")
     engine = max(engines, key=lambda k: engines[k]) if engines else "unknown"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from preemptdiag.model.records import Event, Fact, ReplicaFacts
+from preemptdiag.timeline.calm import Placed, lines
 from preemptdiag.timeline.events import detect_engine
 from preemptdiag.timeline.knobs import read_facts
 
@@ -15,9 +16,14 @@ def _at(e: Event | None) -> str:
     return f"{e.source}:{e.line}" if e is not None else ""
 
 
-def replica_facts(events: Sequence[Event], dated_by: Mapping[str, str]) -> tuple[ReplicaFacts, ...]:
+def replica_facts(
+    events: Sequence[Event],
+    dated_by: Mapping[str, str],
+    calm: Sequence[Placed] = (),
+) -> tuple[ReplicaFacts, ...]:
     """One record per replica, in name order. `dated_by`: source -> how its stamps got
-    their date and year (a wrapper's stamp, --year, the file's time)."""
+    their date and year (a wrapper's stamp, --year, the file's time); `calm`: the calm
+    minutes (timeline/calm.py), whose lines count toward the replica's engine."""
     by_replica: dict[str, list[Event]] = {}
     for e in events:
         by_replica.setdefault(e.replica, []).append(e)
@@ -44,7 +50,7 @@ def replica_facts(events: Sequence[Event], dated_by: Mapping[str, str]) -> tuple
         out.append(
             ReplicaFacts(
                 replica=name,
-                engine=detect_engine(evs),
+                engine=detect_engine(evs, lines(calm, name)),
                 start=min(stamps) if stamps else None,
                 end=max(stamps) if stamps else None,
                 dated_by=tuple(sorted({dated_by[e.source] for e in evs if e.source in dated_by})),

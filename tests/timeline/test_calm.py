@@ -1,0 +1,253 @@
+"""Calm minutes (scan/lane.py keeps a stream-minute where nothing waits or is preempted
+as numbers; timeline/calm.py makes windows of them) give the report events give, byte
+for byte in every format and with the same exit code: quiet logs, quiet logs with
+incidents, several engines, SGLang, the real engine's lines, new year, a fixed zone,
+--jobs; and where calm minutes cannot stand for their lines, analyze scans again
+without them and says the same."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_equivalence import _bench_generator
+from test_lane import _plain_log, _replayed_engine_log
+from test_rollup import _interleaved
+
+import preemptdiag.commands.analyze as analyze
+import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.passes as passes
+import preemptdiag.timeline.calm as calm
+from preemptdiag.cli import main
+
+FORMATS = ("json", "markdown", "terminal", "sarif")
+
+
+class _Spy:
+    """How many calm minutes each run placed, and whether one gave them up."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.placed = 0
+        self.gave_up = 0
+        real_place, real_judged = calm.place, analyze._judged
+
+        def place(*args: Any) -> list[calm.Placed] | None:
+            got = real_place(*args)
+            self.placed += len(got or ())
+            return got
+
+        def judged(*args: Any) -> Any:
+            got = real_judged(*args)
+            self.gave_up += got is None
+            return got
+
+        monkeypatch.setattr(analyze, "place", place)
+        monkeypatch.setattr(analyze, "_judged", judged)
+
+
+def _outputs(
+    files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+    block: int = 1 << 16,
+) -> tuple[list[tuple[int, str]], _Spy]:
+    """Every format's (exit code, output) with calm minutes off, then on (one run
+    each, writing every format); and the spy on the second."""
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)  # the lane from the first block
+    monkeypatch.setattr(passes, "BLOCK_BYTES", block)
+    out: list[tuple[int, str]] = []
+    spy = None
+    for on in (False, True):
+        with monkeypatch.context() as m:
+            if on:
+                spy = _Spy(m)
+            else:
+                m.setattr(analyze, "_calm_exact", lambda *a: False)
+            dests = [files[0].with_suffix(f".{on}.{fmt}") for fmt in FORMATS]
+            each = [
+                x for fmt, d in zip(FORMATS, dests, strict=True) for x in ("-f", fmt, "-o", str(d))
+            ]
+            code = main(["analyze", *map(str, files), *each, *args])
+            capsys.readouterr()
+            out += [(code, d.read_text(encoding="utf-8")) for d in dests]
+    assert spy is not None
+    return out, spy
+
+
+def _assert_same(
+    files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+    block: int = 1 << 16,
+) -> _Spy:
+    out, spy = _outputs(files, monkeypatch, capsys, *args, block=block)
+    half = len(FORMATS)
+    for fmt, off, on in zip(FORMATS, out[:half], out[half:], strict=True):
+        assert on == off, fmt
+    return spy
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _v1(t: datetime, engine: int, running: int, waiting: int, kv: float, pre: str = "") -> str:
+    return (
+        f"(APIServer pid=1) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine {engine:03d}: Avg "
+        f"prompt throughput: {running * 31.7:.1f} tokens/s, Avg generation throughput: "
+        f"{running * 9.1:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, "
+        f"{pre}GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: 12.5%"
+    )
+
+
+def _day(
+    seed: int, start: datetime, hours: float, engines: int = 1, counted: bool = False
+) -> Iterator[str]:
+    """Hours of one API server's stats lines, a line per engine each 10 s: mostly calm,
+    with a queue now and then, the pool pinned with a queue for a few minutes every
+    four hours (with `counted`, `Preemptions: N` there), an odd warning line."""
+    rng = random.Random(seed)
+    t = start
+    for i in range(int(hours * 360)):
+        t += timedelta(seconds=10)
+        hot = 400 <= i % 1500 < 440
+        for e in range(engines):
+            waiting = rng.randrange(1, 60) if hot or rng.random() < 0.01 else 0
+            kv = rng.uniform(95, 100) if hot else rng.uniform(5, 80)
+            pre = f"Preemptions: {rng.randrange(1, 9)}, " if counted and hot else ""
+            yield _v1(t, e, rng.randrange(1, 40), waiting, kv, pre)
+        if i % 997 == 300:
+            yield (
+                f"(APIServer pid=1) WARNING {t:%m-%d %H:%M:%S} [scheduler.py:1]  Sequence group "
+                "cmpl-1 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+                "enough KV cache space. total_num_cumulative_preemption=51"
+            )
+
+
+def _generated(tmp_path: Path, profile: str, size: int, seed: int) -> Path:
+    path = tmp_path / f"{profile}.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES[profile](f, size, seed)
+    return path
+
+
+def test_a_quiet_month_in_miniature_is_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _generated(tmp_path, "vllm-stats", 1_500_000, 5)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 500 and not spy.gave_up
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_quiet_hours_with_queues_a_thrash_and_warnings(
+    engines: int,
+    seed: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = _write(tmp_path / "mixed.log", list(_day(seed, datetime(2026, 3, 1, 22), 5, engines)))
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 100 and not spy.gave_up
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--jobs", "2")
+    assert spy.placed > 100
+
+
+@pytest.mark.parametrize(
+    "start,ctx",
+    [
+        (datetime(2025, 12, 31, 22, 30), ("--year", "2025")),  # the year turns
+        (datetime(2025, 12, 31, 22, 30), ()),  # ... and its year is the file's time
+        (datetime(2026, 2, 28, 23, 0), ("--year", "2026", "--tz", "+05:30")),
+    ],
+    ids=["new-year", "new-year-mtime", "fixed-zone"],
+)
+def test_across_midnight_new_year_and_in_a_fixed_zone(
+    start: datetime,
+    ctx: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = _write(tmp_path / "night.log", list(_day(3, start, 3)))
+    for block in (4096, 1 << 16):
+        spy = _assert_same([path], monkeypatch, capsys, *ctx, block=block)
+        assert spy.placed > 50 and not spy.gave_up
+
+
+def test_the_real_engines_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "replayed.log"
+    # (vLLM 0.32.0's recorded lines, its overloads' among them; the year turns)
+    _replayed_engine_log(path, 4000)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 5 and not spy.gave_up
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_adversarial_streams(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two V1 engines, SGLang ranks, kubectl wrappers, stamps out of order, V0 warnings.
+    path = _write(tmp_path / "mixed.log", _interleaved(seed).splitlines())
+    _assert_same([path], monkeypatch, capsys, "--year", "2025", block=2048)
+    # (V1 lines with Preemptions: now and then, queues and a pinned pool on most)
+    plain = _write(tmp_path / "plain.log", _plain_log(2500, datetime(2025, 6, 3), 10, seed))
+    _assert_same([plain], monkeypatch, capsys, "--year", "2025", block=8192)
+
+
+def test_sglang_batch_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # bench's dense SGLang log: its prefill lines show a queue nearly every minute
+    _assert_same([_generated(tmp_path, "sglang-dense", 1_000_000, 4)], monkeypatch, capsys)
+    # a quieter server: decode lines of two ranks every 2 s, a busy spell now and then
+    rng = random.Random(6)
+    t, lines = datetime(2026, 7, 1, 23, 0), []
+    for i in range(6000):
+        t += timedelta(seconds=2)
+        busy = 700 <= i % 2000 < 760
+        for rank in (0, 1):
+            lines.append(
+                f"[{t:%Y-%m-%d %H:%M:%S} TP{rank}] Decode batch, #running-req: "
+                f"{rng.randrange(1, 30)}, #token: {rng.randrange(1000, 90000)}, token usage: "
+                f"{rng.uniform(0.9, 0.99) if busy else rng.uniform(0.01, 0.6):.2f}, cuda graph: "
+                f"True, gen throughput (token/s): {rng.uniform(100, 2000):.2f}, #queue-req: "
+                f"{rng.randrange(1, 40) if busy else 0}, "
+            )
+    spy = _assert_same([_write(tmp_path / "sglang.log", lines)], monkeypatch, capsys, block=1 << 18)
+    assert spy.placed > 50 and not spy.gave_up
+
+
+def test_a_clash_across_blocks_scans_again_without_calm_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same hours twice in one file (a pod's log copied after itself): the second
+    # copy's lines fall in the first's calm windows. analyze gives them up and says
+    # what it says without them.
+    hours = list(_day(4, datetime(2026, 5, 1, 8), 2))
+    path = _write(tmp_path / "twice.log", hours + hours)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.gave_up
+
+
+def test_a_late_v1_count_reads_every_line_so_no_minute_is_calm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A V1 `Preemptions:` field makes every stats line of the replica a read of a late
+    # count (visibility.Settled reads their Waiting): the windows must come from events.
+    lines = list(_day(5, datetime(2026, 5, 1, 8), 3, counted=True))
+    assert any("Preemptions:" in line for line in lines)
+    path = _write(tmp_path / "late.log", lines)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.gave_up
