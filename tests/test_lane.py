@@ -624,7 +624,8 @@ def test_the_real_engines_stats_lines_through_the_lane_match_line_by_line(
     path = tmp_path / "replayed.log"
     _replayed_engine_log(path, 3000)
     on, taken = _assert_lane_exact(path, monkeypatch, block)
-    assert sum(taken) >= len(taken) - 2 and len(taken) > 8
+    # (the start-up lines' blocks miss: three of 4 KiB, each tried again at the next)
+    assert sum(taken) >= len(taken) - 3 and len(taken) > 8
     assert on.recognised["stats"] == 3000
     # rolled up by the minute: six lines to each of 500 minutes
     stats = [h for h in on.hits if h.sig == "vllm.v1.stats"]

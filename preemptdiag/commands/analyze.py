@@ -57,7 +57,7 @@ from preemptdiag.scan.parallel import plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
-from preemptdiag.timeline.calm import Placed, place
+from preemptdiag.timeline.calm import Placed, place, weights
 from preemptdiag.timeline.calm import lines as calm_lines
 from preemptdiag.timeline.calm import windows as calm_windows
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
@@ -282,7 +282,7 @@ def _judge(
             if e.ts is None
             or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
-    info = detect_engine(events, calm_lines(calm))
+    info = detect_engine(events, calm_lines(weights(calm)))
     vis = preemption_visibility(events, info)
     built = build_windows(
         events,
@@ -417,6 +417,8 @@ def _judged(
     j = _judge(unfiltered, opts, since, until, calm)
     if j is None:
         return None
+    counted = weights(calm)
+    del calm  # (its windows are made; the minutes' numbers and lines can go)
     v, windows, lever, info, vis, events = (
         j.verdict,
         j.windows,
@@ -464,7 +466,7 @@ def _judged(
                     },
                     **{name: how or "no timestamps" for name, how in dated},
                 },
-                calm,
+                counted,
             ),
         )
     )

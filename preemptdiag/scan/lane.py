@@ -131,8 +131,10 @@ class Lane:
         return block >= self.retry_at
 
     def missed(self, block: int) -> None:
+        # (the next block after a first miss: a log's start-up lines send its first
+        # block line by line, and the one after it is plain stats lines again)
         self.misses += 1
-        self.retry_at = block + min(64, 1 << min(self.misses, 6))
+        self.retry_at = block + (1 << min(self.misses - 1, 6))
 
     def took(self) -> None:
         self.misses = 0
@@ -499,7 +501,7 @@ def _columns(
     )
     if table.height == 0:
         return None
-    values = {n: _shared(table.get_column(f"f_{n}").to_list()) for n in sig.fields}
+    values = {n: table.get_column(f"f_{n}").to_list() for n in sig.fields}
     number = [
         pl.col(f"f_{k}").cast(pl.Float64).alias(f"v_{k}") for k in AGG_FIELDS if k in sig.fields
     ]

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from preemptdiag.model.records import CalmMinute, Event, FieldValue, Hit, Window
+from preemptdiag.model.records import CalmMinute, Event, FieldValue, Hit, RollupStats, Window
 from preemptdiag.scan.rollup import AGG_FIELDS, number, stamp
 from preemptdiag.timeline.events import stamp_event
 from preemptdiag.timeline.windows import snap6, window_start
@@ -97,15 +97,31 @@ def _same_day(ts: datetime, clock: tuple[str, str]) -> bool:
     return ts.date().isoformat() == day
 
 
+# (replica, what detect_engine reads of a line's fields, its engine) -> lines
+Weights = dict[tuple[str, tuple[tuple[str, FieldValue], ...], str], int]
+
+
+def weights(placed: Iterable[Placed]) -> Weights:
+    """The calm minutes' lines by replica and by what detect_engine counts a line as:
+    all it needs of them once their windows are made (a month's minutes hold ~40 MB)."""
+    out: Weights = {}
+    for p in placed:
+        h = p.minute.peak
+        read = tuple((k, h.fields[k]) for k in ("engine", "generation") if k in h.fields)
+        key = (p.replica, read, h.engine)
+        out[key] = out.get(key, 0) + p.minute.stats.n
+    return out
+
+
 def lines(
-    placed: Iterable[Placed], replica: str | None = None
+    counted: Weights, replica: str | None = None
 ) -> list[tuple[Mapping[str, FieldValue], str, int]]:
-    """(fields, engine, lines) of each calm minute (of `replica`, given one): what
-    detect_engine counts of an event."""
+    """(fields, engine, lines) of the calm minutes (of `replica`, given one), for
+    detect_engine."""
     return [
-        (p.minute.peak.fields, p.minute.peak.engine, p.minute.stats.n)
-        for p in placed
-        if replica is None or p.replica == replica
+        (dict(read), engine, n)
+        for (name, read, engine), n in counted.items()
+        if replica is None or name == replica
     ]
 
 
@@ -143,25 +159,10 @@ def _window(key: tuple[str, int], ps: list[Placed], seconds: int) -> Window:
     replica, wstart = key
     stats = [p.minute.stats for p in ps]
     start = datetime.fromtimestamp(wstart, tz=UTC)
-    n = sum(s.n for s in stats)
-
-    def most(i: int) -> float | None:
-        values = [v for s in stats if (v := s.maxes[i]) is not None]
-        return max(values) if values else None
-
-    def mean(i: int) -> float | None:
-        count = sum(s.counts[i] for s in stats)
-        if not count:
-            return None
-        total = 0.0
-        for s in stats:
-            if s.counts[i]:
-                total += s.sums[i]
-        return snap6(snap6(total) / count)
-
+    n = stats[0].n if len(stats) == 1 else sum(s.n for s in stats)
+    kv_max, running_max = _most(stats, _KV), _most(stats, _RUNNING)
     top = max(s.peak_kv for s in stats)
     at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
-    running = most(_RUNNING)
     return Window(
         replica=replica,
         start=start,
@@ -171,30 +172,47 @@ def _window(key: tuple[str, int], ps: list[Placed], seconds: int) -> Window:
         preemptions=0.0,
         preemptions_lower_bound=False,
         max_cumulative=None,
-        kv_max=most(_KV),
-        kv_mean=mean(_KV),
-        running_max=None if running is None else int(running),
-        running_mean=mean(_RUNNING),
+        kv_max=kv_max,
+        kv_mean=_mean(stats, _KV),
+        running_max=None if running_max is None else int(running_max),
+        running_mean=_mean(stats, _RUNNING),
         waiting_first=0,
         waiting_last=0,
         waiting_max=0,
         swapped_first=_swapped_first(ps),
         swapped_last=_swapped_last(ps),
         swapped_max=_swapped_max(ps),
-        prompt_tput=mean(_PROMPT),
-        gen_tput=mean(_GEN),
+        prompt_tput=_mean(stats, _PROMPT),
+        gen_tput=_mean(stats, _GEN),
         alloc_failures=0,
         host_ooms=0,
         engine_deaths=0,
         swap_warnings=0,
         evidence=(_evidence(ps),),
         kv_peak_running=min(at_peak) if at_peak else None,
-        waiting_share=0.0 if sum(s.counts[_WAITING] for s in stats) else None,
+        waiting_share=0.0,  # (every line of a calm minute says Waiting: 0)
     )
+
+
+def _most(stats: list[RollupStats], i: int) -> float | None:
+    values = [v for s in stats if (v := s.maxes[i]) is not None]
+    return max(values) if values else None
+
+
+def _mean(stats: list[RollupStats], i: int) -> float | None:
+    """windows.snapped_mean over the minutes' sums (added in their order, snapped)."""
+    count, total = 0, 0.0
+    for s in stats:
+        if s.counts[i]:
+            count += s.counts[i]
+            total += s.sums[i]
+    return snap6(snap6(total) / count) if count else None
 
 
 def _swapped_first(ps: list[Placed]) -> int | None:
     # (the events table's order: by first line's time, file, line)
+    if len(ps) == 1:
+        return ps[0].minute.swapped[0]
     for p in sorted(ps, key=lambda p: (p.ts, p.minute.peak.source, p.minute.first_line)):
         if p.minute.swapped[0] is not None:
             return p.minute.swapped[0]
@@ -213,6 +231,8 @@ def _swapped_last(ps: list[Placed]) -> int | None:
             m.peak.sig,
         )
 
+    if len(ps) == 1:
+        return ps[0].minute.swapped[1]
     for p in sorted(ps, key=key, reverse=True):
         if p.minute.swapped[1] is not None:
             return p.minute.swapped[1]
@@ -228,6 +248,9 @@ def _swapped_max(ps: list[Placed]) -> int | None:
 def _evidence(ps: list[Placed]) -> Event:
     """The window's stats line with the highest KV usage, the first such in log order
     (windows._pick_evidence over the minutes' peak lines)."""
+    if len(ps) == 1:
+        p = ps[0]
+        return stamp_event(p.minute.peak, p.ts.replace(second=_second(p.minute.peak)), p.replica)
     made = [
         stamp_event(p.minute.peak, p.ts.replace(second=_second(p.minute.peak)), p.replica)
         for p in ps

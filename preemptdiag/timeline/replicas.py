@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from preemptdiag.model.records import Event, Fact, ReplicaFacts
-from preemptdiag.timeline.calm import Placed, lines
+from preemptdiag.timeline.calm import Weights, lines
 from preemptdiag.timeline.events import detect_engine
 from preemptdiag.timeline.knobs import read_facts
 
@@ -19,11 +19,11 @@ def _at(e: Event | None) -> str:
 def replica_facts(
     events: Sequence[Event],
     dated_by: Mapping[str, str],
-    calm: Sequence[Placed] = (),
+    calm: Weights | None = None,
 ) -> tuple[ReplicaFacts, ...]:
     """One record per replica, in name order. `dated_by`: source -> how its stamps got
     their date and year (a wrapper's stamp, --year, the file's time); `calm`: the calm
-    minutes (timeline/calm.py), whose lines count toward the replica's engine."""
+    minutes' lines (timeline/calm.weights), which count toward a replica's engine."""
     by_replica: dict[str, list[Event]] = {}
     for e in events:
         by_replica.setdefault(e.replica, []).append(e)
@@ -50,7 +50,7 @@ def replica_facts(
         out.append(
             ReplicaFacts(
                 replica=name,
-                engine=detect_engine(evs, lines(calm, name)),
+                engine=detect_engine(evs, lines(calm or {}, name)),
                 start=min(stamps) if stamps else None,
                 end=max(stamps) if stamps else None,
                 dated_by=tuple(sorted({dated_by[e.source] for e in evs if e.source in dated_by})),
