@@ -13,13 +13,14 @@ engine or client logs, quoting signal text) and planted secrets, all carrying a
 canary word.
 
 Each input is analysed once in all four formats (one run, four `-o` files) and,
-every `--diff-every`-th input, twice more as JSON: with `--jobs 2` and byte-range
-splits forced on even a tiny file, and with stats rollups off. The oracle:
+every `--diff-every`-th input, three times more as JSON: with `--jobs 2` and
+byte-range splits forced on even a tiny file, with stats rollups off, and with the
+stats lane (and its calm minutes) from the first 4 KiB block. The oracle:
 
 - exit code 0, 1 or 2; never 3, never "internal error" or a traceback;
 - exit 2 is exactly one `preemptdiag: error: ...` line on stderr;
 - no canary (planted prompt text or secret) in any output, stderr included;
-- the three JSON reports are identical (same verdict, windows, counts, evidence).
+- the four JSON reports are identical (same verdict, windows, counts, evidence).
 
 Input i of seed S is built from Random(f"{S}:{i}") alone, so `--index i` replays
 it exactly. tests/test_fuzz.py runs a bounded slice of this with a fixed seed.
@@ -503,19 +504,28 @@ def _main(argv: list[str]) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def _variant(name: str) -> Iterator[None]:
-    """`jobs2`: byte-range splits forced on any file; `nrollup`: stats rollups off."""
+    """`jobs2`: byte-range splits forced on any file; `nrollup`: stats rollups off;
+    `lane`: the stats lane tried from the first block, in 4 KiB blocks, so a small
+    input's plain stats lines go its way and its calm minutes stay numbers
+    (timeline/calm.py)."""
     import preemptdiag.commands.analyze as analyze_mod
+    import preemptdiag.scan.bulk as bulk_mod
     import preemptdiag.scan.parallel as parallel_mod
+    import preemptdiag.scan.passes as passes_mod
 
     saved = (parallel_mod.PARALLEL_MIN_BYTES, analyze_mod._rollup_exact)
+    lane = (bulk_mod.AFTER_LINES, passes_mod.BLOCK_BYTES)
     try:
         if name == "jobs2":
             parallel_mod.PARALLEL_MIN_BYTES = 1
         elif name == "nrollup":
             analyze_mod._rollup_exact = lambda _opts: False  # type: ignore[assignment]
+        elif name == "lane":
+            bulk_mod.AFTER_LINES, passes_mod.BLOCK_BYTES = 0, 4096
         yield
     finally:
         parallel_mod.PARALLEL_MIN_BYTES, analyze_mod._rollup_exact = saved
+        bulk_mod.AFTER_LINES, passes_mod.BLOCK_BYTES = lane
 
 
 def _leaks(texts: Sequence[str]) -> list[str]:
@@ -576,7 +586,7 @@ def run_case(case: Case, workdir: Path, diff: bool, tally: Tally) -> None:
             return
         tally.diffed += 1
         reference = (workdir / "report.json").read_text()
-        for name in ("jobs2", "nrollup"):
+        for name in ("jobs2", "nrollup", "lane"):
             jobs = "2" if name == "jobs2" else "1"
             with _variant(name):
                 vcode, vout, verr = _main([*base[:-1], jobs, "-f", "json"])

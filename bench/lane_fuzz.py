@@ -12,7 +12,8 @@ three of fuzz.py's mutators (late ones last, as there), and scanned three ways i
 blocks of 4-64 KiB: one line at a time (polars never paid), bulk.py from the first
 line (the lane off), and the lane tried on every block (bulk.py where it refuses).
 The oracle: all three give the same hits, rollup members, skips, counts and
-line and byte totals. Input i of seed S is built from Random(f"{S}:{i}") alone.
+line and byte totals; and analyze's report (the lane on every block) is the same with
+calm minutes (timeline/calm.py) as without. Input i of seed S is built from Random(f"{S}:{i}") alone.
 Found with it (session 13): a damaged `usage: 999...9%` cast and aggregated as 1e41 %
 where the converter refuses it, and rsyslog's `#033[` escape kept in a process name
 that normalise cleans.
@@ -39,14 +40,17 @@ sys.path.insert(0, str(HERE.parent))
 import fuzz  # noqa: E402
 import generate  # noqa: E402
 
+import preemptdiag.commands.analyze as analyze  # noqa: E402
 import preemptdiag.scan.bulk as bulk  # noqa: E402
 import preemptdiag.scan.lane as lane  # noqa: E402
 import preemptdiag.scan.passes as passes  # noqa: E402
 from preemptdiag.ingest.sources import open_source  # noqa: E402
 from preemptdiag.model.errors import DiagError  # noqa: E402
+from preemptdiag.render.json_format import report_dict  # noqa: E402
 from preemptdiag.scan.matcher import Matcher, ScanResult  # noqa: E402
 from preemptdiag.scan.passes import scan_fast  # noqa: E402
 from preemptdiag.scan.signatures import load  # noqa: E402
+from preemptdiag.timeline.events import TimeContext  # noqa: E402
 
 # The quiet server twice: the month-of-stats shape is the lane's main work.
 PROFILES = ("vllm-stats", "vllm-stats", "sglang-dense", "vllm", "vllm-requests")
@@ -102,6 +106,7 @@ def _key(r: ScanResult) -> tuple[object, ...]:
 class Tally:
     inputs: int = 0
     lane_blocks: int = 0  # blocks the lane took: what the run held to line by line
+    calm_minutes: int = 0  # calm minutes placed: what the calm reports were held to
     found: list[str] = field(default_factory=list)
 
 
@@ -128,6 +133,31 @@ def differs(path: Path, block: int, matcher: Matcher, tally: Tally) -> str | Non
     return ", ".join(wrong) or None
 
 
+def calm_differs(path: Path, block: int, tally: Tally) -> str | None:
+    """Whether analyze's report of `path` (the lane on every block) differs with its
+    calm minutes (timeline/calm.py) from the one without; None if not."""
+    reports = []
+    real = analyze.place
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        tally.calm_minutes += len(got or ())
+        return got
+
+    for on in (False, True):
+        opts = analyze.Options(files=(str(path),), time=TimeContext(year=2026), jobs=1, calm=on)
+        analyze.place = counted  # type: ignore[assignment]
+        with _scan_settings(block, 0, True):
+            try:
+                got = analyze.run_analysis(opts)
+                reports.append((got.exit_code, report_dict(got.report)))
+            except DiagError as e:
+                reports.append((2, {"error": str(e)}))
+            finally:
+                analyze.place = real  # type: ignore[assignment]
+    return None if reports[0] == reports[1] else "calm"
+
+
 def run(
     seed: int, indices: range, seconds: float = float("inf"), keep: Path | None = None
 ) -> Tally:
@@ -142,7 +172,9 @@ def run(
             path = (keep or Path(tmp)) / f"lane-{seed}-{i}.log"
             path.write_bytes(case.data)
             tally.inputs += 1
-            wrong = differs(path, case.block, matcher, tally)
+            wrong = differs(path, case.block, matcher, tally) or calm_differs(
+                path, case.block, tally
+            )
             if wrong:
                 tally.found.append(
                     f"--seed {seed} --index {i}: {wrong} != line by line "
@@ -167,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
     print(
         f"seed {args.seed}: {tally.inputs} inputs, {tally.lane_blocks} blocks through the "
-        f"lane, {len(tally.found)} differing",
+        f"lane, {tally.calm_minutes} calm minutes, {len(tally.found)} differing",
         file=sys.stderr,
     )
     return 1 if tally.found else 0

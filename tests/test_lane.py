@@ -639,10 +639,12 @@ LANE_FUZZ_SEED, LANE_FUZZ_INPUTS = 13, 30
 def test_damaged_generated_logs_through_the_lane_and_bulk_match_line_by_line() -> None:
     """The CI slice of bench/lane_fuzz.py (the long run: --count 5000): dense
     generated logs damaged by fuzz.py's mutators, scanned one line at a time, by
-    bulk.py and through the lane, all three alike."""
+    bulk.py and through the lane, all three alike; and analyze's report the same with
+    calm minutes as without."""
     tally = bench_module("lane_fuzz").run(LANE_FUZZ_SEED, range(LANE_FUZZ_INPUTS))
     assert tally.inputs == LANE_FUZZ_INPUTS
     assert tally.lane_blocks > 100  # the slice exercises the lane, not only its refusals
+    assert tally.calm_minutes > 100  # ... and calm minutes
     assert not tally.found, "\n".join(tally.found)
 
 
