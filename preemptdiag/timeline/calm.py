@@ -14,15 +14,15 @@ its own stamp's date, or when a calm minute would come after every hit of its fi
 year-less log is moved back a year by its last stamp: events.resolve_times).
 `windows` gives None when a calm window shares its (replica, start) with a window of
 events; analyze does the same when the replica's preemption count is a late V1 one
-(visibility.Settled reads every stats line's Waiting). tests/timeline/test_calm.py holds the report to the
-one made without calm minutes, byte for byte, in every format.
+(visibility.Settled reads every stats line's Waiting). tests/timeline/test_calm.py
+holds the report to the one made without calm minutes, byte for byte, in every format;
+bench/fuzz.py and bench/lane_fuzz.py do on damaged logs.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -265,11 +265,3 @@ def _second(h: Hit) -> int:
     text = h.ts_wrapper.text if h.ts_wrapper else h.ts_engine
     assert text is not None
     return int(text[-2:])
-
-
-def line_counts(placed: Iterable[Placed]) -> Counter[str]:
-    """Stats lines each replica's calm minutes stand for."""
-    out: Counter[str] = Counter()
-    for p in placed:
-        out[p.replica] += p.minute.stats.n
-    return out
