@@ -81,8 +81,10 @@ class ScanResult:
 
     @property
     def held(self) -> int:
-        """Hit objects this result keeps: what --max-events bounds."""
-        return len(self.hits) + self.members + (self.sink.members if self.sink else 0)
+        """Hit objects this result keeps: what --max-events bounds. (A calm minute
+        holds about what a hit does, and becomes a window with an evidence event.)"""
+        held = len(self.hits) + self.members + len(self.calm)
+        return held + (self.sink.members if self.sink else 0)
 
     def add(self, hit: Hit) -> None:
         if self.sink is None:

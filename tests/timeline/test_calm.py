@@ -286,3 +286,30 @@ def test_a_late_v1_count_reads_every_line_so_no_minute_is_calm(
     path = _write(tmp_path / "late.log", lines)
     spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
     assert spy.gave_up
+
+
+def test_calm_minutes_count_toward_max_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A calm minute holds about what a hit does (and becomes a window): the memory
+    # guard counts it, so a decade of quiet log cannot slip past --max-events.
+    path = _generated(tmp_path, "vllm-stats", 1_500_000, 5)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
+    held: list[tuple[int, int]] = []  # (hits and members, calm minutes) of each scan
+    real = analyze.scan_sources
+
+    def scan(*args: Any) -> Any:
+        got = real(*args)
+        held.extend((r.held - len(r.calm), len(r.calm)) for r in got)
+        return got
+
+    monkeypatch.setattr(analyze, "scan_sources", scan)
+    args = ["analyze", str(path), "-f", "json", "--year", "2026", "--jobs", "1"]
+    assert main([*args, "--max-events", "2000"]) == 0
+    [(hits, calm)] = held
+    assert hits < 300 < calm  # (the minutes alone cross the limit below)
+    capsys.readouterr()
+    assert main([*args, "--max-events", "300"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("preemptdiag: error: ") and "--max-events" in err, err
