@@ -915,9 +915,9 @@ def _calm(source: str, r: _Rows, a: _Agg, kv_limit: float | None) -> CalmMinute 
     if counts is not None and any(counts[i] is not None for i in a.rows):
         return None
     first, last = a.rows[0], a.rows[-1]
-    stamp = r.ts[first] if r.wrapper is None else r.wrapper[first]
+    text = r.ts[first] if r.wrapper is None else r.wrapper[first]
     at = 6 if r.wrapper is None else 11  # the hour in `MM-DD HH:MM:SS` / `YYYY-MM-DD ...`
-    assert stamp is not None
+    assert text is not None
     swapped = r.typed.get("swapped")
     return CalmMinute(
         first_line=r.lineno[first],
@@ -926,8 +926,8 @@ def _calm(source: str, r: _Rows, a: _Agg, kv_limit: float | None) -> CalmMinute 
         last_second=_second(r, last),
         last_pos=r.start[last],
         clock=_clock(r, first),
-        hour=int(stamp[at : at + 2]),
-        minute=int(stamp[at + 3 : at + 5]),
+        hour=int(text[at : at + 2]),
+        minute=int(text[at + 3 : at + 5]),
         stats=_stats(a),
         swapped=(None, None) if swapped is None else (swapped[first], swapped[last]),
         peak=_hit(source, r, a.peak_row),
@@ -935,9 +935,9 @@ def _calm(source: str, r: _Rows, a: _Agg, kv_limit: float | None) -> CalmMinute 
 
 
 def _second(r: _Rows, i: int) -> int:
-    stamp = r.ts[i] if r.wrapper is None else r.wrapper[i]
-    assert stamp is not None
-    return int(stamp[-2:])
+    text = r.ts[i] if r.wrapper is None else r.wrapper[i]
+    assert text is not None
+    return int(text[-2:])
 
 
 def _stats(a: _Agg) -> RollupStats:
