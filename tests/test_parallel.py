@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,20 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["dense_gz"] = d / "dense.log.gz"
     out["dense_gz"].write_bytes(gzip.compress(out["dense"].read_bytes(), mtime=0))
     return out
+
+
+def test_the_parent_imports_polars_while_it_waits_only_for_dense_files(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sparse log's few events are aggregated in Python (windows.SMALL_TABLE): polars
+    # imported meanwhile was ~0.3 s of CPU and ~47 MiB for nothing (a GiB of requests).
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 100_000)
+    for name, wanted in (("sparse", []), ("dense", [True])):
+        src = open_source(str(logs[name]))
+        assert parallel.plan([src], 2, FINDER)  # cut into ranges for two workers
+        preloaded: list[bool] = []
+        scan_sources([src], MATCHER, 2, preload=partial(preloaded.append, True))
+        assert preloaded == wanted, name
 
 
 def test_dense_files_split_from_a_few_mib(

@@ -62,7 +62,7 @@ def work(src: Source, finder: LineFinder | None = None) -> int:
     size = src.size or 0
     if src.codec is not None:
         size *= COMPRESSED_WEIGHT
-    if finder is not None and _dense(src.head, finder):
+    if finder is not None and dense(src.head, finder):
         size *= max(1, PARALLEL_MIN_BYTES // DENSE_MIN_BYTES)  # 16: dense from 4 MiB
     return size
 
@@ -104,7 +104,8 @@ def plan(sources: Sequence[Source], jobs: int, finder: LineFinder | None = None)
     return [(i, r) for _, i, r in weighted]
 
 
-def _dense(head: bytes, finder: LineFinder) -> bool:
+def dense(head: bytes, finder: LineFinder) -> bool:
+    """Whether a quarter of `head`'s lines or more hold a signature literal."""
     lines = head.count(b"\n")
     return lines > 0 and len(finder.candidate_lines(head)) >= DENSE_SHARE * lines
 
