@@ -57,7 +57,7 @@ from preemptdiag.scan.parallel import dense, plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
-from preemptdiag.timeline.calm import Placed, place, weights
+from preemptdiag.timeline.calm import Placed, Weights, place, weights
 from preemptdiag.timeline.calm import lines as calm_lines
 from preemptdiag.timeline.calm import windows as calm_windows
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
@@ -126,12 +126,13 @@ def scan_sources(
     tasks = plan(sources, jobs, matcher.finder())
     done: dict[int, ScanResult] = {}
     if tasks:
-        size = sum(sources[i].size or 0 for i in {i for i, _ in tasks})
+        split = {i for i, _ in tasks}
+        size = sum(sources[i].size or 0 for i in split)
         start = partial(progress, size) if progress and size else None
         # (a sparse log's few events are aggregated in Python, windows.SMALL_TABLE:
         # polars imported for them cost a GiB of request logging ~0.3 s of CPU and
         # ~47 MiB, measured with --jobs 2)
-        busy = any(dense(sources[i].head, matcher.finder()) for i in {i for i, _ in tasks})
+        busy = any(dense(sources[i].head, matcher.finder()) for i in split)
         done = scan_parallel(
             sources,
             tasks,
@@ -273,7 +274,7 @@ def judge(
     until: datetime | None,
 ) -> Judgement:
     """The one path from events to verdict and lever (analyze's and fleet's)."""
-    got = _judge(unfiltered, opts, since, until, ())
+    got = _judge(unfiltered, opts, since, until, (), {})
     assert got is not None  # (only calm minutes can make it give up)
     return got
 
@@ -284,9 +285,11 @@ def _judge(
     since: datetime | None,
     until: datetime | None,
     calm: Sequence[Placed],
+    counted: Weights,
 ) -> Judgement | None:
-    """judge, with calm minutes beside the events (timeline/calm.py); None when they
-    cannot stand for their lines here (analyze then scans again without them)."""
+    """judge, with calm minutes beside the events (timeline/calm.py) and their lines
+    (`counted`, calm.weights); None when they cannot stand for their lines here
+    (analyze then scans again without them)."""
     events = list(unfiltered)
     if since or until:
         events = [
@@ -295,7 +298,7 @@ def _judge(
             if e.ts is None
             or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
-    info = detect_engine(events, calm_lines(weights(calm)))
+    info = detect_engine(events, calm_lines(counted))
     vis = preemption_visibility(events, info)
     built = build_windows(
         events,
@@ -427,10 +430,10 @@ def _judged(
     # keep: the filter narrows the windows and their evidence, not what the engine is.
     unfiltered = events
     since, until = _time_range(opts, events)
-    j = _judge(unfiltered, opts, since, until, calm)
+    counted = weights(calm)  # (the calm minutes' lines, for detect_engine)
+    j = _judge(unfiltered, opts, since, until, calm, counted)
     if j is None:
         return None
-    counted = weights(calm)
     del calm  # (its windows are made; the minutes' numbers and lines can go)
     v, windows, lever, info, vis, events = (
         j.verdict,
