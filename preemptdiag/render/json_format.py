@@ -44,15 +44,16 @@ def jsonable(value: Any) -> JSONValue:
     return str(value)
 
 
+_EVENT_KEYS = ("file", "line", "signature", "kind", "text", "ts")
+
+
+def _event_values(e: Event) -> tuple[JSONValue, ...]:
+    # (in _EVENT_KEYS' order: event_dict and the windows' template share it)
+    return (e.source, e.line, e.sig, str(e.kind), e.text, common.iso(e.ts))
+
+
 def event_dict(e: Event) -> dict[str, JSONValue]:
-    return {
-        "file": e.source,
-        "line": e.line,
-        "signature": e.sig,
-        "kind": str(e.kind),
-        "text": e.text,
-        "ts": common.iso(e.ts),
-    }
+    return dict(zip(_EVENT_KEYS, _event_values(e), strict=True))
 
 
 def verdict_dict(v: Verdict) -> dict[str, JSONValue]:
@@ -88,40 +89,79 @@ def lever_dict(lv: Lever) -> dict[str, JSONValue]:
     }
 
 
-def window_dict(w: Window) -> dict[str, JSONValue]:
+_WINDOW_KEYS = (
+    "replica",
+    "start",
+    "end",
+    "class",
+    "confidence",
+    "why",
+    "preemptions",
+    "preemptions_lower_bound",
+    "preemptions_spread_over",
+    "max_cumulative",
+    "kv_max",
+    "kv_mean",
+    "kv_peak_running",
+    "running_max",
+    "running_mean",
+    "waiting_first",
+    "waiting_last",
+    "waiting_max",
+    "swapped_first",
+    "swapped_last",
+    "swapped_max",
+    "prompt_tput",
+    "gen_tput",
+    "n_events",
+    "n_stats",
+    "alloc_failures",
+    "host_ooms",
+    "engine_deaths",
+    "swap_warnings",
+)  # then "evidence"
+
+
+def _window_values(w: Window) -> tuple[JSONValue, ...]:
+    # (in _WINDOW_KEYS' order: window_dict and the windows' template share it)
     f = common.finite
-    return {
-        "replica": w.replica,
-        "start": common.iso(w.start),
-        "end": common.iso(w.end),
-        "class": str(w.cls),
-        "confidence": str(w.confidence),
-        "why": w.why,
-        "preemptions": f(w.preemptions),
-        "preemptions_lower_bound": w.preemptions_lower_bound,
-        "preemptions_spread_over": w.preemptions_spread_over,
-        "max_cumulative": w.max_cumulative,
-        "kv_max": f(w.kv_max),
-        "kv_mean": f(w.kv_mean),
-        "kv_peak_running": w.kv_peak_running,
-        "running_max": w.running_max,
-        "running_mean": f(w.running_mean),
-        "waiting_first": w.waiting_first,
-        "waiting_last": w.waiting_last,
-        "waiting_max": w.waiting_max,
-        "swapped_first": w.swapped_first,
-        "swapped_last": w.swapped_last,
-        "swapped_max": w.swapped_max,
-        "prompt_tput": f(w.prompt_tput),
-        "gen_tput": f(w.gen_tput),
-        "n_events": w.n_events,
-        "n_stats": w.n_stats,
-        "alloc_failures": w.alloc_failures,
-        "host_ooms": w.host_ooms,
-        "engine_deaths": w.engine_deaths,
-        "swap_warnings": w.swap_warnings,
-        "evidence": [event_dict(e) for e in w.evidence],
-    }
+    return (
+        w.replica,
+        common.iso(w.start),
+        common.iso(w.end),
+        str(w.cls),
+        str(w.confidence),
+        w.why,
+        f(w.preemptions),
+        w.preemptions_lower_bound,
+        w.preemptions_spread_over,
+        w.max_cumulative,
+        f(w.kv_max),
+        f(w.kv_mean),
+        w.kv_peak_running,
+        w.running_max,
+        f(w.running_mean),
+        w.waiting_first,
+        w.waiting_last,
+        w.waiting_max,
+        w.swapped_first,
+        w.swapped_last,
+        w.swapped_max,
+        f(w.prompt_tput),
+        f(w.gen_tput),
+        w.n_events,
+        w.n_stats,
+        w.alloc_failures,
+        w.host_ooms,
+        w.engine_deaths,
+        w.swap_warnings,
+    )
+
+
+def window_dict(w: Window) -> dict[str, JSONValue]:
+    out = dict(zip(_WINDOW_KEYS, _window_values(w), strict=True))
+    out["evidence"] = [event_dict(e) for e in w.evidence]
+    return out
 
 
 def _sorted_counts(m: Mapping[str, int]) -> dict[str, JSONValue]:
@@ -236,7 +276,7 @@ def json_chunks(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -
     for i, w in enumerate(shown):
         if i:
             batch.append(",\n")
-        batch.append("    " + dumps_indented(window_dict(w), "    "))
+        batch.append("    " + window_json(w, "    "))
         if len(batch) >= _BATCH:
             yield "".join(batch)
             batch = []
@@ -297,6 +337,32 @@ def dumps_indented(value: Any, indent: str = "") -> str:
         parts = [scalar(v) if (scalar := get(type(v))) else dumps_indented(v, inner) for v in value]
         return "[\n" + inner + (",\n" + inner).join(parts) + "\n" + indent + "]"
     return json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n" + indent)
+
+
+def window_json(w: Window, indent: str = "") -> str:
+    """dumps_indented(window_dict(w), indent), the same bytes (test_json_format
+    checks): a window with one evidence line, the usual, is one str.format of its
+    scalars into _one_event's template (a month of windows: ~3x faster than dict and
+    walk)."""
+    if len(w.evidence) == 1:
+        get = _SCALARS.get
+        values = (*_window_values(w), *_event_values(w.evidence[0]))
+        texts = [scalar(v) for v in values if (scalar := get(type(v))) is not None]
+        if len(texts) == len(values):
+            return _one_event(indent).format(*texts)
+    return dumps_indented(window_dict(w), indent)
+
+
+@functools.lru_cache(maxsize=8)
+def _one_event(indent: str) -> str:
+    """The template of a window with one evidence event at this indent: the
+    window's dict template with the event's dict template in its evidence list."""
+    outer = _template((*_WINDOW_KEYS, "evidence"), indent)
+    inner = indent + "  "
+    event = _template(_EVENT_KEYS, inner + "  ")
+    assert outer is not None and event is not None and outer.endswith("{}\n" + indent + "}}")
+    head = outer[: -len("{}\n" + indent + "}}")]
+    return head + "[\n" + inner + "  " + event + "\n" + inner + "]\n" + indent + "}}"
 
 
 @functools.lru_cache(maxsize=256)
