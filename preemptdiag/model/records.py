@@ -142,6 +142,58 @@ class CalmMinute:
     peak: Hit  # the first line at its highest KV usage: the window's evidence
 
 
+# The columns of CalmRows.frame, in this order (then `f_<field>` for each of the
+# signature's fields, the peak line's values): what CalmMinute holds of a minute.
+# sum_/cnt_/max_ go through AGG_FIELDS (scan/rollup.py) in its order.
+CALM_AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
+CALM_COLUMNS = (
+    "first_line",
+    "first_second",
+    "last_line",
+    "last_second",
+    "last_pos",
+    "day",  # the clock's day as its stamps print it: `MM-DD` (vLLM), `YYYY-MM-DD`
+    "hour",
+    "minute",
+    "n",
+    *(f"sum_{k}" for k in CALM_AGG_FIELDS),
+    *(f"cnt_{k}" for k in CALM_AGG_FIELDS),
+    *(f"max_{k}" for k in CALM_AGG_FIELDS),
+    "peak_kv",
+    "peak_running",
+    "swapped_first",
+    "swapped_last",
+    "peak_line",
+    "peak_pos",
+    "peak_text",
+    "peak_stamp",  # the engine stamp (vLLM) or the wrapper stamp (SGLang) of the peak line
+    "peak_second",
+    "peak_proc",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CalmRows:
+    """The calm minutes of one block's lines of one stats signature, as columns: a
+    polars DataFrame (CALM_COLUMNS, then the peak line's fields), one row a minute,
+    in line order. As CalmMinute objects, a month of them was ~2 KB a minute and a
+    fifth of the scan's time; as rows, each becomes its window (timeline/calm.py)
+    without a hit or a CalmMinute (one is made only for a window of several)."""
+
+    source: str
+    sig: str  # the signature: its id, kind, engine, constants and fields
+    kind: Kind
+    engine: str
+    constants: Mapping[str, FieldValue]
+    fields: tuple[str, ...]
+    sglang: bool  # stamped by SGLang's wrapper stamp, not vLLM's engine stamp
+    frame: Any  # polars.DataFrame (records does not import polars)
+
+    @property
+    def height(self) -> int:
+        return int(self.frame.height)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """A hit with a resolved timestamp and its derived counts."""

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from preemptdiag.model import request_text
 from preemptdiag.model.records import (
-    CalmMinute,
+    CALM_COLUMNS,
+    CalmRows,
     FieldValue,
     Hit,
     Kind,
@@ -697,7 +698,13 @@ def _roll(
         )
     )
     inner = segs.filter(~pl.col("edge")).get_column("seg")
-    aggs = _aggregates(f.filter(pl.col("seg").is_in(inner.implode())))
+    agg = _agg_frame(f.filter(pl.col("seg").is_in(inner.implode())))
+    calm = _calm_segments(plan, segs, agg, others, result.calm_kv)
+    if calm:
+        chosen = pl.col("seg").is_in(pl.Series(sorted(calm), dtype=pl.Int64).implode())
+        result.calm.extend(_calm_rows(source, plan, agg.filter(chosen)))
+        agg = agg.filter(~chosen)
+    aggs = _agg_dict(agg)
     run_now = 0
     # The sink's key of each stream whose last segment so far went to it line by line:
     # the stream's next segment closes that rollup (its first line is one the rollup
@@ -708,7 +715,6 @@ def _roll(
     odd = iter(sorted(others.items()))
     nxt = next(odd, None)
     last_line, went_to = 0, sink.went_to
-    calm = _calm_segments(source, plan, segs, aggs, others, result.calm_kv)
     for seg, first, members, run, edge, stream, which in segs.select(
         "seg", "first", "members", "run", "edge", "stream", "set"
     ).iter_rows():
@@ -732,11 +738,8 @@ def _roll(
                 fed[stream] = _feed(source, r, i, sink)
             went_to = sink.went_to
         else:
-            minute = calm.get(seg)
-            if minute is None:
+            if seg not in calm:
                 _close_segment(source, r, aggs[seg], sink)
-            else:
-                result.calm.append(minute)
             went_to = None
         result.recognised[r.sig.family] += len(members)
         last_line = max(last_line, r.lineno[members[-1]])
@@ -784,12 +787,13 @@ class _Agg:
     preempting: tuple[int, ...]
 
 
-def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
-    """What Builder accumulates over each segment's lines, as polars aggregations."""
+def _agg_frame(f: pl.DataFrame) -> pl.DataFrame:
+    """What Builder accumulates over each segment's lines, as polars aggregations: a
+    row a segment (seg, set, rows, n, pre, lower, sum_/cnt_/max_ of AGG_FIELDS, wpos,
+    peak_row, peak_kv, peak_running, preempting, counted: a line carries a preemption
+    count)."""
     import polars as pl
 
-    if f.height == 0:
-        return {}
     cols = set(f.columns)
 
     def value(k: str) -> pl.Expr:
@@ -811,7 +815,8 @@ def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
     at_pick = pl.col("pick") == pl.col("pick").max()
     at_peak = pl.col("filled") == pl.col("filled").max()
     running = value("running").cast(pl.Int64)
-    agg = f.group_by("seg", maintain_order=True).agg(
+    return f.group_by("seg", maintain_order=True).agg(
+        set=pl.col("set").first(),
         rows=pl.col("i"),
         n=pl.len(),
         pre=pl.col("npre").sum(),
@@ -827,7 +832,17 @@ def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
         peak_kv=pl.col("filled").max(),
         peak_running=running.filter(at_peak).min(),
         preempting=pl.col("i").filter(pl.col("npre") > 0).head(2),
+        # (a literal's test in a group_by panics polars 2.1: a column's only)
+        counted=pl.col("p_preemptions").is_not_null().any()
+        if "p_preemptions" in cols
+        else pl.lit(False),
     )
+
+
+def _agg_dict(agg: pl.DataFrame) -> dict[int, _Agg]:
+    """_agg_frame's rows as _Agg, by segment."""
+    if agg.height == 0:
+        return {}
     col = {
         k: _shared(v) if k.startswith(("sum_", "max_")) else v
         for k, v in agg.to_dict(as_series=False).items()
@@ -859,85 +874,124 @@ def _aggregates(f: pl.DataFrame) -> dict[int, _Agg]:
 
 
 def _calm_segments(
-    source: str,
     plan: _Plan,
     segs: pl.DataFrame,
-    aggs: dict[int, _Agg],
+    agg: pl.DataFrame,
     others: dict[int, ScanResult],
     kv_limit: float | None,
-) -> dict[int, CalmMinute]:
-    """The inner segments that go as calm minutes (by segment), with calm minutes on.
+) -> set[int]:
+    """The inner segments that go as calm minutes, with calm minutes on (`kv_limit`:
+    the KV usage they stay under). Calm: every line says Waiting: 0, none preempted or
+    carries a preemption count (V1's `Preemptions:` makes every stats line a read of
+    a late counter: diagnose/visibility.py), no V0 cumulative counter, KV under
+    `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
+    window is healthy whatever else the log holds: no rule before PD110 can take it.
     Not: the first segment of each clock in the block that is no edge (a calm minute
     is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
     anything else of the block is in (an edge, another segment, an odd line): a window
     is all calm minutes or all events (a one-minute window; calm minutes are off for
     others, and a clash across blocks makes analyze scan again without them)."""
-    if kv_limit is None:
-        return {}
-    out: dict[int, CalmMinute] = {}
+    if kv_limit is None or agg.height == 0:
+        return set()
+    import polars as pl
+
+    counters = [j for j, r in enumerate(plan.sets) if "cumulative" in r.sig.fields]
+    waiting, kv = (f"{p}_{AGG_FIELDS[k]}" for p, k in (("max", WAITING), ("max", KV)))
+    quiet = (
+        (pl.col("pre") == 0)
+        & ~pl.col("lower")
+        & ~pl.col("counted")
+        & ~pl.col("set").is_in(pl.Series(counters, dtype=pl.Int64).implode())
+        & (pl.col(f"cnt_{AGG_FIELDS[WAITING]}") == pl.col("n"))
+        & (pl.col(waiting) == 0)
+        # (as `kv >= kv_limit` in Python: a NaN is under it)
+        & ~(pl.col(kv) >= kv_limit).fill_null(False)
+    )
+    calm = set(agg.filter(quiet.fill_null(False)).get_column("seg").to_list())
+    if not calm:
+        return calm
+    out: dict[int, str] = {}
     busy = {stamp(h)[1] for got in others.values() for h in got.hits}
     run_now, anchored = 0, True
-    for seg, minute, run, edge, which in segs.select(
-        "seg", "minute", "run", "edge", "set"
-    ).iter_rows():
+    for seg, minute, run, edge in segs.select("seg", "minute", "run", "edge").iter_rows():
         if run != run_now:
             run_now, anchored = run, False
-        got = None if edge or not anchored else _calm(source, plan.sets[which], aggs[seg], kv_limit)
-        if got is None:
+        if edge or not anchored or seg not in calm:
             busy.add(minute)
             anchored = True
         else:
-            out[seg] = got
-    return {seg: m for seg, m in out.items() if _minute(m) not in busy}
+            out[seg] = minute
+    return {seg for seg, minute in out.items() if minute not in busy}
 
 
-def _minute(m: CalmMinute) -> str:
-    """m's clock minute, as the lane's `minute` column and rollup.stamp spell it."""
-    day = m.clock[1]
-    return f"{day} {m.hour:02d}:{m.minute:02d}"
+def _calm_rows(source: str, plan: _Plan, agg: pl.DataFrame) -> list[CalmRows]:
+    """The calm segments' rows (records.CalmRows), one CalmRows a signature set."""
+    return [
+        _calm_set(source, plan.sets[int(which[0])], part)
+        for which, part in agg.partition_by("set", maintain_order=True, as_dict=True).items()
+    ]
 
 
-def _calm(source: str, r: _Rows, a: _Agg, kv_limit: float | None) -> CalmMinute | None:
-    """The segment as a calm minute (records.CalmMinute), None when it is not one or
-    calm minutes are off (`kv_limit` None). Calm: every line says Waiting: 0, none
-    preempted or carries a preemption count (V1's `Preemptions:` makes every stats line
-    a read of a late counter: diagnose/visibility.py), KV under `kv_limit` (no V0
-    counter delta is spread onto such a window: windows.py). Such a window is healthy
-    whatever else the log holds: no rule before PD110 can take it."""
-    if kv_limit is None or a.preemptions or a.lower or "cumulative" in r.sig.fields:
-        return None
-    if a.counts[WAITING] != a.n or a.maxes[WAITING] != 0:
-        return None
-    kv = a.maxes[KV]
-    if kv is not None and kv >= kv_limit:
-        return None
-    counts = r.typed.get("preemptions")
-    if counts is not None and any(counts[i] is not None for i in a.rows):
-        return None
-    first, last = a.rows[0], a.rows[-1]
-    text = r.ts[first] if r.wrapper is None else r.wrapper[first]
-    at = 6 if r.wrapper is None else 11  # the hour in `MM-DD HH:MM:SS` / `YYYY-MM-DD ...`
-    assert text is not None
+def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
+    """The calm rows of one set: their numbers from the aggregates, their first, last
+    and peak lines' from the set's columns. (Taken from the Python lists, not
+    gathered from a polars column: a gathered string keeps its block's whole buffer
+    alive, ~1 MiB a block, measured.)"""
+    import polars as pl
+
+    sglang = r.wrapper is not None
+    stamps = r.wrapper if r.wrapper is not None else r.ts
+    rows = part.get_column("rows")
+    first, last = rows.list.first().to_list(), rows.list.last().to_list()
+    peak = part.get_column("peak_row").to_list()
+    at = 11 if sglang else 6  # the hour in `YYYY-MM-DD HH:MM:SS` / `MM-DD HH:MM:SS`
+
+    def take(values: list[Any], which: list[int], dtype: Any = None) -> pl.Series:
+        return pl.Series([values[i] for i in which], dtype=dtype)
+
+    stamp_first = take(stamps, first, pl.Utf8)
+    stamp_peak = take(stamps, peak, pl.Utf8)
     swapped = r.typed.get("swapped")
-    return CalmMinute(
-        first_line=r.lineno[first],
-        first_second=_second(r, first),
-        last_line=r.lineno[last],
-        last_second=_second(r, last),
-        last_pos=r.start[last],
-        clock=_clock(r, first),
-        hour=int(text[at : at + 2]),
-        minute=int(text[at + 3 : at + 5]),
-        stats=_stats(a),
-        swapped=(None, None) if swapped is None else (swapped[first], swapped[last]),
-        peak=_hit(source, r, a.peak_row),
+    columns: dict[str, pl.Series] = {
+        "first_line": take(r.lineno, first, pl.Int64),
+        "first_second": _two_digits(stamp_first, at + 6),
+        "last_line": take(r.lineno, last, pl.Int64),
+        "last_second": _two_digits(take(stamps, last, pl.Utf8), at + 6),
+        "last_pos": take(r.start, last, pl.Int64),
+        "day": stamp_first.str.slice(0, at - 1),
+        "hour": _two_digits(stamp_first, at),
+        "minute": _two_digits(stamp_first, at + 3),
+        "n": part.get_column("n").cast(pl.Int64),
+        **{c: part.get_column(c) for c in CALM_COLUMNS if c.startswith(("sum_", "max_"))},
+        **{c: part.get_column(c).cast(pl.Int64) for c in CALM_COLUMNS if c.startswith("cnt_")},
+        "peak_kv": part.get_column("peak_kv"),
+        "peak_running": part.get_column("peak_running"),
+        "swapped_first": take(swapped, first) if swapped else pl.Series([None] * len(first)),
+        "swapped_last": take(swapped, last) if swapped else pl.Series([None] * len(last)),
+        "peak_line": take(r.lineno, peak, pl.Int64),
+        "peak_pos": take(r.start, peak, pl.Int64),
+        "peak_text": take(r.texts, peak, pl.Utf8),
+        "peak_stamp": stamp_peak,
+        "peak_second": _two_digits(stamp_peak, at + 6),
+        "peak_proc": take(r.proc, peak, pl.Utf8),
+    }
+    sig = r.sig
+    frame = pl.DataFrame(
+        [
+            *(columns[c].alias(c) for c in CALM_COLUMNS),
+            *(take(r.typed[n], peak).alias(f"f_{n}") for n in sig.fields),
+        ]
+    )
+    return CalmRows(
+        source, sig.id, sig.kind, sig.engine, sig.constants, tuple(sig.fields), sglang, frame
     )
 
 
-def _second(r: _Rows, i: int) -> int:
-    text = r.ts[i] if r.wrapper is None else r.wrapper[i]
-    assert text is not None
-    return int(text[-2:])
+def _two_digits(text: pl.Series, start: int) -> pl.Series:
+    """The number a stamp prints at `start` (two digits: the lane checked its shape)."""
+    import polars as pl
+
+    return text.str.slice(start, 2).cast(pl.Int64)
 
 
 def _stats(a: _Agg) -> RollupStats:

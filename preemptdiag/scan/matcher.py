@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from preemptdiag.model import request_text
-from preemptdiag.model.records import CalmMinute, FieldValue, Hit, WrapperStamp
+from preemptdiag.model.records import CalmRows, FieldValue, Hit, WrapperStamp
 from preemptdiag.model.request_text import Span
 from preemptdiag.scan.lines import (
     Line,
@@ -75,15 +75,19 @@ class ScanResult:
     # lines): each costs what a hit does, so the memory guard counts them (limits.py).
     members: int = 0
     # With calm minutes on (lane.py): the KV usage they stay under, and the minutes
-    # kept as numbers instead of hits, in line order.
+    # kept as numbers instead of hits (rows of columns, a block and signature each).
     calm_kv: float | None = None
-    calm: list[CalmMinute] = field(default_factory=list)
+    calm: list[CalmRows] = field(default_factory=list)
+
+    @property
+    def calm_minutes(self) -> int:
+        return sum(c.height for c in self.calm)
 
     @property
     def held(self) -> int:
         """Hit objects this result keeps: what --max-events bounds. (A calm minute
-        holds about what a hit does, and becomes a window with an evidence event.)"""
-        held = len(self.hits) + self.members + len(self.calm)
+        becomes a window with an evidence event.)"""
+        held = len(self.hits) + self.members + self.calm_minutes
         return held + (self.sink.members if self.sink else 0)
 
     def add(self, hit: Hit) -> None:

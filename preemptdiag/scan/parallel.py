@@ -17,6 +17,7 @@ imports polars there) and draws the progress bar from a shared byte counter.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +27,7 @@ from preemptdiag.ingest.sources import Source
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.gcpause import cyclic_gc_paused
-from preemptdiag.model.records import CalmMinute, Hit
+from preemptdiag.model.records import CalmRows, Hit
 from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
@@ -321,16 +322,14 @@ def _shifted(h: Hit, offset: int) -> Hit:
     return evolve(h, line=h.line + offset, rollup=map_rollup(h.rollup, shift))
 
 
-def _calm_shifted(m: CalmMinute, offset: int) -> CalmMinute:
-    """`m` with its line numbers counted from the file start."""
+def _calm_shifted(rows: CalmRows, offset: int) -> CalmRows:
+    """`rows` with their line numbers counted from the file start."""
     if offset == 0:
-        return m
-    return evolve(
-        m,
-        first_line=m.first_line + offset,
-        last_line=m.last_line + offset,
-        peak=evolve(m.peak, line=m.peak.line + offset),
-    )
+        return rows
+    import polars as pl
+
+    lines = ("first_line", "last_line", "peak_line")
+    return dataclasses.replace(rows, frame=rows.frame.with_columns(pl.col(lines) + offset))
 
 
 def merge(name: str, parts: list[ScanResult]) -> ScanResult:
@@ -339,7 +338,7 @@ def merge(name: str, parts: list[ScanResult]) -> ScanResult:
     offset = 0
     for part in parts:
         merged.hits.extend(_shifted(h, offset) for h in part.hits)
-        merged.calm.extend(_calm_shifted(m, offset) for m in part.calm)
+        merged.calm.extend(_calm_shifted(c, offset) for c in part.calm)
         merged.calm_kv = part.calm_kv
         offset += part.lines_read
         merged.lines_read += part.lines_read

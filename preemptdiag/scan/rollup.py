@@ -31,14 +31,22 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Protocol, TypeVar
 
-from preemptdiag.model.records import FieldValue, Hit, Kind, Rollup, RollupStats, WrapperStamp
+from preemptdiag.model.records import (
+    CALM_AGG_FIELDS,
+    FieldValue,
+    Hit,
+    Kind,
+    Rollup,
+    RollupStats,
+    WrapperStamp,
+)
 from preemptdiag.model.timeparse import parse_iso
 
 T = TypeVar("T")
 U = TypeVar("U")
 
 # The fields windows and compare aggregate, in Rollup.sums/counts/maxes order.
-AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
+AGG_FIELDS = CALM_AGG_FIELDS  # (defined beside the calm minutes' columns, which list them)
 KV, RUNNING, WAITING = 0, 1, 2
 # Fields whose value makes a stream of its own: data-parallel engines behind one API
 # server print a line each (`Engine 000: ...`, `Engine 001: ...`), with a KV pool, a

@@ -26,8 +26,20 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from preemptdiag.model.records import CalmMinute, Event, FieldValue, Hit, RollupStats, Window
+from preemptdiag.model.records import (
+    CALM_COLUMNS,
+    CalmMinute,
+    CalmRows,
+    Event,
+    FieldValue,
+    Hit,
+    RollupStats,
+    Window,
+    WrapperStamp,
+)
+from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, stamp
 from preemptdiag.timeline.events import stamp_event
 from preemptdiag.timeline.windows import snap6, window_start
@@ -36,26 +48,119 @@ _KV, _RUNNING, _WAITING, _PROMPT, _GEN, _SWAPPED = (
     AGG_FIELDS.index(k)
     for k in ("kv_usage", "running", "waiting", "prompt_tput", "gen_tput", "swapped")
 )
+# Where CalmRows.frame's columns are in a row of it (the peak line's fields follow).
+_AT = {name: i for i, name in enumerate(CALM_COLUMNS)}
+_FIRST_LINE, _FIRST_SECOND, _LAST_LINE, _LAST_SECOND, _LAST_POS, _DAY, _HOUR, _MINUTE, _N = (
+    _AT[c]
+    for c in (
+        "first_line",
+        "first_second",
+        "last_line",
+        "last_second",
+        "last_pos",
+        "day",
+        "hour",
+        "minute",
+        "n",
+    )
+)
+_SUMS, _COUNTS, _MAXES = (_AT[f"{p}_{AGG_FIELDS[0]}"] for p in ("sum", "cnt", "max"))
+_PEAK_KV, _PEAK_RUNNING, _SWAPPED_FIRST, _SWAPPED_LAST = (
+    _AT[c] for c in ("peak_kv", "peak_running", "swapped_first", "swapped_last")
+)
+_PEAK_LINE, _PEAK_POS, _PEAK_TEXT, _PEAK_STAMP, _PEAK_SECOND, _PEAK_PROC = (
+    _AT[c] for c in ("peak_line", "peak_pos", "peak_text", "peak_stamp", "peak_second", "peak_proc")
+)
+_FIELDS = len(CALM_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """A calm minute on the timeline: its replica, its first line's time, its window."""
+    """A calm minute on the timeline: its row (`k`) of `rows`, its lines, replica,
+    first line's time and window. (Its row's values are read when its window is
+    made: a month's rows as Python values were ~60 MB.)"""
 
-    minute: CalmMinute
+    rows: CalmRows
+    k: int
+    n: int
     replica: str
     ts: datetime
     wstart: int
 
 
+def _minute(r: CalmRows, row: tuple[Any, ...]) -> CalmMinute:
+    """A calm minute's row as the record windows of several minutes read."""
+    n, sums, counts, maxes = row[_N], _SUMS, _COUNTS, _MAXES
+    k = len(AGG_FIELDS)
+    return CalmMinute(
+        first_line=row[_FIRST_LINE],
+        first_second=row[_FIRST_SECOND],
+        last_line=row[_LAST_LINE],
+        last_second=row[_LAST_SECOND],
+        last_pos=row[_LAST_POS],
+        clock=_clock(r, row),
+        hour=row[_HOUR],
+        minute=row[_MINUTE],
+        # (calm: nothing preempted, no line with Waiting > 0)
+        stats=RollupStats(
+            n=n,
+            preemptions=0,
+            lower=False,
+            sums=row[sums : sums + k],
+            counts=row[counts : counts + k],
+            maxes=row[maxes : maxes + k],
+            waiting_pos=0,
+            peak_kv=row[_PEAK_KV],
+            peak_running=row[_PEAK_RUNNING],
+        ),
+        swapped=(row[_SWAPPED_FIRST], row[_SWAPPED_LAST]),
+        peak=_peak(r, row),
+    )
+
+
+def _clock(r: CalmRows, row: tuple[Any, ...]) -> tuple[str, str]:
+    """The clock a calm minute's stamps set (rollup.stamp_of)."""
+    return ("w" if r.sglang else "e", row[_DAY])
+
+
+def _fields(r: CalmRows, row: tuple[Any, ...]) -> dict[str, FieldValue]:
+    """The peak line's fields, as the scan's Builder gives them (constants first)."""
+    out: dict[str, FieldValue] = dict(r.constants)
+    for name, value in zip(r.fields, row[_FIELDS:], strict=True):
+        out[name] = value
+    return out
+
+
+def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
+    """The hit the scan makes of the minute's peak line (lane._hit)."""
+    stamp_text = row[_PEAK_STAMP]
+    return Hit(
+        r.source,
+        row[_PEAK_LINE],
+        r.sig,
+        r.kind,
+        _fields(r, row),
+        cut(row[_PEAK_TEXT][: MAX_EVIDENCE_CHARS + 1]),
+        WrapperStamp("sql", stamp_text) if r.sglang else None,
+        None if r.sglang else stamp_text,
+        row[_PEAK_PROC],
+        1,
+        None,
+        None,
+        None,
+        r.engine,
+        row[_PEAK_POS],
+    )
+
+
 def place(
-    minutes: Sequence[CalmMinute], hits: Sequence[Hit], events: Sequence[Event], seconds: int
+    calm: Sequence[CalmRows], hits: Sequence[Hit], events: Sequence[Event], seconds: int
 ) -> list[Placed] | None:
     """The calm minutes of one file on the timeline (see the module docstring); `hits`:
     the file's hits, `events`: what build_events made of every file's."""
-    if not minutes:
+    if not calm:
         return []
-    source = minutes[0].peak.source
+    source = calm[0].source
     timed = {(e.line, e.pos, e.sig): e for e in events if e.source == source}
     # Every hit that can move its file's clock (a stamp of any kind); the one just
     # before a calm minute must be a plain stamp of the minute's clock.
@@ -64,30 +169,44 @@ def place(
     )
     lines = [h.line for h in anchors]
     latest = max((e.ts for e in timed.values() if e.ts is not None), default=None)
+    if latest is None:
+        return None
+    # What the minutes after one anchor read of it: its clock and its event, when it
+    # can date them (a run of minutes shares its anchor).
+    dating: dict[int, tuple[object, Event] | None] = {}
     out: list[Placed] = []
-    for m in minutes:
-        k = bisect_left(lines, m.first_line)
-        if not k:
-            return None
-        h = anchors[k - 1]
-        e = timed.get((h.line, h.pos, h.sig))
-        clock, minute, _ = stamp(h)
-        if (
-            h.pod is not None
-            or minute is None
-            or clock != m.clock
-            or e is None
-            or e.ts is None
-            or not _same_day(e.ts, m.clock)
-        ):
-            return None
-        ts = e.ts.replace(hour=m.hour, minute=m.minute, second=m.first_second, microsecond=0)
-        if latest is None or ts > latest:
-            return None
-        start = window_start(ts, seconds)
-        assert start is not None
-        out.append(Placed(m, e.replica, ts, start))
+    for r in calm:
+        kind = "w" if r.sglang else "e"
+        cols = r.frame.select("first_line", "day", "hour", "minute", "first_second", "n")
+        for i, (line, day, hour, minute, second, n) in enumerate(cols.iter_rows()):
+            k = bisect_left(lines, line)
+            if not k:
+                return None
+            if k in dating:
+                got = dating[k]
+            else:
+                got = dating[k] = _dating(anchors[k - 1], timed)
+            if got is None or got[0] != (kind, day):
+                return None
+            e = got[1]
+            assert e.ts is not None
+            ts = e.ts.replace(hour=hour, minute=minute, second=second, microsecond=0)
+            if ts > latest:
+                return None
+            start = window_start(ts, seconds)
+            assert start is not None
+            out.append(Placed(r, i, n, e.replica, ts, start))
     return out
+
+
+def _dating(h: Hit, timed: Mapping[tuple[int, int, str], Event]) -> tuple[object, Event] | None:
+    """(the clock, the event) of anchor `h`, when it can date a calm minute of that
+    clock: a plain stamp (no pod), timed from its own stamp's date."""
+    e = timed.get((h.line, h.pos, h.sig))
+    clock, minute, _ = stamp(h)
+    if h.pod is not None or minute is None or clock is None or e is None or e.ts is None:
+        return None
+    return (clock, e) if _same_day(e.ts, clock) else None
 
 
 def _same_day(ts: datetime, clock: tuple[str, str]) -> bool:
@@ -104,14 +223,32 @@ Weights = dict[tuple[str, tuple[tuple[str, FieldValue], ...], str], int]
 
 def weights(placed: Iterable[Placed]) -> Weights:
     """The calm minutes' lines by replica and by what detect_engine counts a line as:
-    all it needs of them once their windows are made (a month's minutes hold ~40 MB)."""
+    all it needs of them once their windows are made."""
     out: Weights = {}
+    reads: dict[int, list[tuple[tuple[str, FieldValue], ...]]] = {}
     for p in placed:
-        h = p.minute.peak
-        read = tuple((k, h.fields[k]) for k in ("engine", "generation") if k in h.fields)
-        key = (p.replica, read, h.engine)
-        out[key] = out.get(key, 0) + p.minute.stats.n
+        r = p.rows
+        got = reads.get(id(r))
+        if got is None:
+            got = reads[id(r)] = _reads(r)
+        key = (p.replica, got[p.k] if len(got) > 1 else got[0], r.engine)
+        out[key] = out.get(key, 0) + p.n
     return out
+
+
+def _reads(r: CalmRows) -> list[tuple[tuple[str, FieldValue], ...]]:
+    """What detect_engine reads of each row's peak line (one, when it is the same for
+    all: the fields it reads are the signature's constants)."""
+    names = [k for k in ("engine", "generation") if k in r.fields or k in r.constants]
+    if not any(k in r.fields for k in names):
+        return [tuple((k, r.constants[k]) for k in names)]
+    columns = [
+        r.frame.get_column(f"f_{k}").to_list() if k in r.fields else [r.constants[k]] * r.height
+        for k in names
+    ]
+    reads = [tuple(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+    # (two rows at least: one read is taken as the same for all)
+    return reads if len(reads) > 1 else reads * 2
 
 
 def lines(
@@ -140,7 +277,28 @@ def windows(
     taken = {(w.replica, _epoch(w.start)) for w in others}
     if not taken.isdisjoint(groups):
         return None
-    calm = [_window(key, ps, seconds) for key, ps in sorted(groups.items())]
+    # Each row is read once, frame by frame: a window of one minute is made as its row
+    # comes by, the rows of a window of several are kept until it is made.
+    where: dict[int, tuple[CalmRows, dict[int, tuple[tuple[str, int], Placed, bool]]]] = {}
+    for key, ps in groups.items():
+        for p in ps:
+            where.setdefault(id(p.rows), (p.rows, {}))[1][p.k] = (key, p, len(ps) == 1)
+    made: dict[tuple[str, int], Window] = {}
+    kept: dict[tuple[int, int], tuple[Any, ...]] = {}
+    for r, wanted in where.values():
+        for i, row in enumerate(r.frame.iter_rows()):
+            got = wanted.get(i)
+            if got is None:
+                continue
+            key, p, alone = got
+            if alone:
+                made[key] = _one_minute(key, p, row, seconds)
+            else:
+                kept[id(r), i] = row
+    for key, ps in groups.items():
+        if len(ps) > 1:
+            made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds)
+    calm = [made[key] for key in sorted(made)]
     return list(heapq.merge(others, calm, key=_order))
 
 
@@ -155,13 +313,13 @@ def _epoch(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp())
 
 
-def _window(key: tuple[str, int], ps: list[Placed], seconds: int) -> Window:
-    """The window of these calm minutes, as build_windows aggregates their lines."""
+def _window(key: tuple[str, int], ps: list[tuple[Placed, tuple[Any, ...]]], seconds: int) -> Window:
+    """The window of these calm minutes (with their rows), as build_windows aggregates
+    their lines."""
     replica, wstart = key
     start = datetime.fromtimestamp(wstart, tz=UTC)
-    if len(ps) == 1:
-        return _one_minute(replica, start, ps[0], seconds)
-    stats = [p.minute.stats for p in ps]
+    made = [_Made(_minute(p.rows, row), p.replica, p.ts) for p, row in ps]
+    stats = [m.minute.stats for m in made]
     n = sum(s.n for s in stats)
     kv_max, running_max = _most(stats, _KV), _most(stats, _RUNNING)
     top = max(s.peak_kv for s in stats)
@@ -182,51 +340,53 @@ def _window(key: tuple[str, int], ps: list[Placed], seconds: int) -> Window:
         waiting_first=0,
         waiting_last=0,
         waiting_max=0,
-        swapped_first=_swapped_first(ps),
-        swapped_last=_swapped_last(ps),
-        swapped_max=_swapped_max(ps),
+        swapped_first=_swapped_first(made),
+        swapped_last=_swapped_last(made),
+        swapped_max=_swapped_max(made),
         prompt_tput=_mean(stats, _PROMPT),
         gen_tput=_mean(stats, _GEN),
         alloc_failures=0,
         host_ooms=0,
         engine_deaths=0,
         swap_warnings=0,
-        evidence=(_evidence(ps),),
+        evidence=(_evidence(made),),
         kv_peak_running=min(at_peak) if at_peak else None,
         waiting_share=0.0,  # (every line of a calm minute says Waiting: 0)
     )
 
 
-def _one_minute(replica: str, start: datetime, p: Placed, seconds: int) -> Window:
+def _one_minute(key: tuple[str, int], p: Placed, row: tuple[Any, ...], seconds: int) -> Window:
     """_window of a window of one calm minute (a replica of one stream: the usual),
     the same numbers without the lists (a month of windows: ~40 % of this stage)."""
-    m = p.minute
-    s = m.stats
-    maxes, sums, counts = s.maxes, s.sums, s.counts
+    replica, wstart = key
+    start = datetime.fromtimestamp(wstart, tz=UTC)
 
     def mean(i: int) -> float | None:
         # (as _mean: 0.0 + the sum, so a -0.0 sum is snapped as 0.0 there)
-        return snap6(snap6(0.0 + sums[i]) / counts[i]) if counts[i] else None
+        count = row[_COUNTS + i]
+        return snap6(snap6(0.0 + row[_SUMS + i]) / count) if count else None
 
-    running_max, swapped_max = maxes[_RUNNING], maxes[_SWAPPED]
+    n = row[_N]
+    running_max, swapped_max = row[_MAXES + _RUNNING], row[_MAXES + _SWAPPED]
+    peak_kv = row[_PEAK_KV]
     return Window(
         replica=replica,
         start=start,
         end=start + timedelta(seconds=seconds),
-        n_events=s.n,
-        n_stats=s.n,
+        n_events=n,
+        n_stats=n,
         preemptions=0.0,
         preemptions_lower_bound=False,
         max_cumulative=None,
-        kv_max=maxes[_KV],
+        kv_max=row[_MAXES + _KV],
         kv_mean=mean(_KV),
         running_max=None if running_max is None else int(running_max),
         running_mean=mean(_RUNNING),
         waiting_first=0,
         waiting_last=0,
         waiting_max=0,
-        swapped_first=m.swapped[0],
-        swapped_last=m.swapped[1],
+        swapped_first=row[_SWAPPED_FIRST],
+        swapped_last=row[_SWAPPED_LAST],
         swapped_max=None if swapped_max is None else int(swapped_max),
         prompt_tput=mean(_PROMPT),
         gen_tput=mean(_GEN),
@@ -234,9 +394,11 @@ def _one_minute(replica: str, start: datetime, p: Placed, seconds: int) -> Windo
         host_ooms=0,
         engine_deaths=0,
         swap_warnings=0,
-        evidence=(_evidence([p]),),
+        evidence=(
+            stamp_event(_peak(p.rows, row), p.ts.replace(second=row[_PEAK_SECOND]), replica),
+        ),
         # (as _window's: no peak line when the peak is not equal to itself, a NaN)
-        kv_peak_running=s.peak_running if s.peak_kv == s.peak_kv else None,
+        kv_peak_running=row[_PEAK_RUNNING] if peak_kv == peak_kv else None,
         waiting_share=0.0,
     )
 
@@ -256,7 +418,16 @@ def _mean(stats: list[RollupStats], i: int) -> float | None:
     return snap6(snap6(total) / count) if count else None
 
 
-def _swapped_first(ps: list[Placed]) -> int | None:
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """A calm minute of a window of several, made whole (Placed.minute) once."""
+
+    minute: CalmMinute
+    replica: str
+    ts: datetime
+
+
+def _swapped_first(ps: list[_Made]) -> int | None:
     # (the events table's order: by first line's time, file, line)
     if len(ps) == 1:
         return ps[0].minute.swapped[0]
@@ -266,9 +437,9 @@ def _swapped_first(ps: list[Placed]) -> int | None:
     return None
 
 
-def _swapped_last(ps: list[Placed]) -> int | None:
+def _swapped_last(ps: list[_Made]) -> int | None:
     # (the order of last lines: windows._LAST_ORDER)
-    def key(p: Placed) -> tuple[datetime, str, int, int, str]:
+    def key(p: _Made) -> tuple[datetime, str, int, int, str]:
         m = p.minute
         return (
             p.ts.replace(second=m.last_second),
@@ -286,17 +457,14 @@ def _swapped_last(ps: list[Placed]) -> int | None:
     return None
 
 
-def _swapped_max(ps: list[Placed]) -> int | None:
+def _swapped_max(ps: list[_Made]) -> int | None:
     values = [v for p in ps if (v := p.minute.stats.maxes[_SWAPPED]) is not None]
     return int(max(values)) if values else None
 
 
-def _evidence(ps: list[Placed]) -> Event:
+def _evidence(ps: list[_Made]) -> Event:
     """The window's stats line with the highest KV usage, the first such in log order
     (windows._pick_evidence over the minutes' peak lines)."""
-    if len(ps) == 1:
-        p = ps[0]
-        return stamp_event(p.minute.peak, p.ts.replace(second=_second(p.minute.peak)), p.replica)
     made = [
         stamp_event(p.minute.peak, p.ts.replace(second=_second(p.minute.peak)), p.replica)
         for p in ps

@@ -301,7 +301,7 @@ def test_calm_minutes_count_toward_max_events(
 
     def scan(*args: Any) -> Any:
         got = real(*args)
-        held.extend((r.held - len(r.calm), len(r.calm)) for r in got)
+        held.extend((r.held - r.calm_minutes, r.calm_minutes) for r in got)
         return got
 
     monkeypatch.setattr(analyze, "scan_sources", scan)
