@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta, timezone
+from enum import Enum
 from functools import partial
 from pathlib import Path
 
@@ -275,8 +276,18 @@ def judge(
 ) -> Judgement:
     """The one path from events to verdict and lever (analyze's and fleet's)."""
     got = _judge(unfiltered, opts, since, until, (), {})
-    assert got is not None  # (only calm minutes can make it give up)
+    # (only calm minutes and a late count over rollups make it give up: fleet judges
+    # scrapes)
+    assert isinstance(got, Judgement)
     return got
+
+
+class Again(Enum):
+    """What analyze scans its logs again without, when what the scan summed cannot
+    stand for its lines here."""
+
+    CALM = "calm minutes"  # a calm window shares its window with an event
+    ROLLUPS = "rollups and calm minutes"  # a late V1 count reads every stats line
 
 
 def _judge(
@@ -286,10 +297,11 @@ def _judge(
     until: datetime | None,
     calm: Sequence[Placed],
     counted: Weights,
-) -> Judgement | None:
+    again: bool = False,
+) -> Judgement | Again:
     """judge, with calm minutes beside the events (timeline/calm.py) and their lines
-    (`counted`, calm.weights); None when they cannot stand for their lines here
-    (analyze then scans again without them)."""
+    (`counted`, calm.weights); what to scan again without when the calm minutes or
+    (`again`: the logs can be read again) the rollups cannot stand for their lines."""
     events = list(unfiltered)
     if since or until:
         events = [
@@ -306,16 +318,19 @@ def _judge(
         opts.thresholds,
         vis.counted_since if vis.settled else None,
     )
+    # A late V1 count (visibility.Settled) reads every stats line's time, Waiting and
+    # count, which a rollup or a calm minute keeps only some of (bench/fuzz.py found
+    # the reason's time moved from a line's to its minute's).
+    late = {s.replica for s in vis.settled}
+    if late and (
+        late & {p.replica for p in calm}
+        or (again and any(e.rollup is not None and e.replica in late for e in events))
+    ):
+        return Again.ROLLUPS
     if calm:
-        # (a late V1 count reads every stats line's Waiting: visibility.Settled)
-        late = {s.replica for s in vis.settled}
-        merged = (
-            None
-            if late & {p.replica for p in calm}
-            else calm_windows(calm, built, opts.window_seconds)
-        )
+        merged = calm_windows(calm, built, opts.window_seconds)
         if merged is None:
-            return None
+            return Again.CALM
         built = merged
     windows = classify(
         built,
@@ -357,24 +372,39 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         results = scan_sources(
             logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup, calm_kv
         )
-        done = _judged(opts, results, logs, proms)
-        if done is None:
+        # (a log read from stdin cannot be read again: there a late V1 count reads
+        # the rollups' lines, an approximation)
+        again = all(s.path is not None for s in logs)
+        done = _judged(opts, results, logs, proms, again)
+        if done is Again.CALM:
             # Calm minutes could not stand for their lines here (timeline/calm.py): as
             # they all would have been, events. (Rare: the test suite's inputs, the
             # corpus and the fuzzers' name which.)
             results = scan_sources(
                 logs, matcher, opts.jobs, None, None, opts.max_events, rollup, None
             )
-            done = _judged(opts, results, logs, proms)
-            assert done is not None
+            done = _judged(opts, results, logs, proms, again)
+        if done is Again.ROLLUPS:
+            # A late V1 count reads every stats line (visibility.Settled): line by
+            # line. (Rare: a V1 log with a count, `Preemptions:` or /metrics scrapes.)
+            results = scan_sources(
+                logs, matcher, opts.jobs, None, None, opts.max_events, False, None
+            )
+            done = _judged(opts, results, logs, proms, False)
+        assert isinstance(done, Outcome)
         return done
 
 
 def _judged(
-    opts: Options, results: list[ScanResult], logs: list[Source], proms: list[Source]
-) -> Outcome | None:
-    """Everything after the scan: events, windows, verdict, lever, the report. None
-    when the scan's calm minutes cannot stand for their lines (timeline/calm.py)."""
+    opts: Options,
+    results: list[ScanResult],
+    logs: list[Source],
+    proms: list[Source],
+    again: bool,
+) -> Outcome | Again:
+    """Everything after the scan: events, windows, verdict, lever, the report. What
+    to scan again without when the scan's calm minutes or rollups cannot stand for
+    their lines (and `again`: the logs can be read again)."""
     # How each log was dated, read off its hits: once they are events nothing else
     # needs them, and a month of stats rollups' hits (~0.5 KB a minute) go.
     dated = [
@@ -390,7 +420,7 @@ def _judged(
     for r in results:
         placed = place(r.calm, r.hits, events, opts.window_seconds)
         if placed is None:
-            return None
+            return Again.CALM
         calm += placed
         r.hits, r.calm = [], []
     notes: list[str] = rotation_notes(events)
@@ -431,9 +461,9 @@ def _judged(
     unfiltered = events
     since, until = _time_range(opts, events)
     counted = weights(calm)  # (the calm minutes' lines, for detect_engine)
-    j = _judge(unfiltered, opts, since, until, calm, counted)
-    if j is None:
-        return None
+    j = _judge(unfiltered, opts, since, until, calm, counted, again)
+    if isinstance(j, Again):
+        return j
     del calm  # (its windows are made; the minutes' numbers and lines can go)
     v, windows, lever, info, vis, events = (
         j.verdict,
