@@ -31,6 +31,7 @@ from preemptdiag.commands.notes import (
 from preemptdiag.diagnose.advice import choose_lever
 from preemptdiag.diagnose.rules import classify, verdict
 from preemptdiag.diagnose.visibility import Visibility, preemption_visibility
+from preemptdiag.diagnose.window_rules import healthy_calm
 from preemptdiag.ingest.prometheus_api import PromSource
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.scrape_series import summarize
@@ -327,11 +328,6 @@ def _judge(
         or (again and any(e.rollup is not None and e.replica in late for e in events))
     ):
         return Again.ROLLUPS
-    if calm:
-        merged = calm_windows(calm, built, opts.window_seconds)
-        if merged is None:
-            return Again.CALM
-        built = merged
     windows = classify(
         built,
         opts.thresholds,
@@ -339,6 +335,13 @@ def _judge(
         opts.window_seconds,
         info.generation,
     )
+    if calm:
+        # (classified as they are made: healthy, and a calm window between two benign
+        # ones in time leaves them no run of consecutive windows, rules.classify)
+        merged = calm_windows(calm, windows, opts.window_seconds, partial(healthy_calm, vis))
+        if merged is None:
+            return Again.CALM
+        windows = merged
     v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
     if not windows and unfiltered:
         v = replace(v, why=_filtered_out(unfiltered, since, until), filtered_out=True)

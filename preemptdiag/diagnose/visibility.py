@@ -118,16 +118,20 @@ class Visibility:
 
     def unseen(self, w: Window) -> str | None:
         """Why window w cannot show that nothing was preempted (None: it can)."""
+        return self.unseen_at(w.replica, w.start, w.end)
+
+    def unseen_at(self, replica: str, start: datetime | None, end: datetime | None) -> str | None:
+        """unseen of a window of `replica` from `start` to `end`."""
         if self.blind:
             return BLIND
-        if self.covered is not None and w.start is not None and w.end is not None:
+        if self.covered is not None and start is not None and end is not None:
             lo, hi = self.covered
-            if w.end <= lo or w.start >= hi:
+            if end <= lo or start >= hi:
                 return BLIND
         for settled in self.settled:
-            if settled.replica != w.replica:
+            if settled.replica != replica:
                 continue
-            if w.start is None or w.end is None or not settled.proves(w.start, w.end):
+            if start is None or end is None or not settled.proves(start, end):
                 return "V1 counts one only when its request runs again"
         return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,13 @@ def fmt(v: float | None, unit: str = "") -> str:
 
 
 def _stats_confidence(w: Window) -> Confidence:
-    if w.n_stats >= 3:
+    return _lines_confidence(w.n_stats)
+
+
+def _lines_confidence(n_stats: int) -> Confidence:
+    if n_stats >= 3:
         return Confidence.HIGH
-    return Confidence.MEDIUM if w.n_stats >= 1 else Confidence.LOW
+    return Confidence.MEDIUM if n_stats >= 1 else Confidence.LOW
 
 
 def _set(w: Window, cls: Class, conf: Confidence, why: str) -> Window:
@@ -205,12 +210,15 @@ def stall(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
 
 
 def _calm_confidence(w: Window, vis: Visibility) -> tuple[Confidence, str]:
+    return _quiet_confidence(vis.unseen(w), w.n_stats)
+
+
+def _quiet_confidence(unseen: str | None, n_stats: int) -> tuple[Confidence, str]:
     # A log that cannot show preemptions cannot be highly sure there were none.
-    unseen = vis.unseen(w)
     if unseen is not None:
-        conf = min(_stats_confidence(w), Confidence.MEDIUM, key=_CONF_ORDER.index)
+        conf = min(_lines_confidence(n_stats), Confidence.MEDIUM, key=_CONF_ORDER.index)
         return conf, f"no preemption seen ({unseen})"
-    return _stats_confidence(w), "no preemption"
+    return _lines_confidence(n_stats), "no preemption"
 
 
 def queueing(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
@@ -241,6 +249,22 @@ def healthy(w: Window, thr: Thresholds, vis: Visibility) -> Window:
         queue = f"Waiting > 0 in few lines (max {waiting})"
     conf, seen = _calm_confidence(w, vis)
     return _set(w, Class.HEALTHY, conf, f"KV max {fmt(w.kv_max, '%')}, {queue}, {seen}")
+
+
+def healthy_calm(
+    vis: Visibility,
+    replica: str,
+    start: datetime,
+    end: datetime,
+    n_stats: int,
+    kv_max: float | None,
+) -> tuple[Confidence, str]:
+    """PD110's confidence and why for a calm window (timeline/calm.py: nothing waits on
+    any line, nothing is preempted, KV under the pressure threshold; no rule before
+    PD110 takes it), from its numbers: a month of them is not made and then evolved.
+    tests/diagnose/test_window_rules_calm.py holds it to classify_window."""
+    conf, seen = _quiet_confidence(vis.unseen_at(replica, start, end), n_stats)
+    return conf, f"KV max {fmt(kv_max, '%')}, nothing waiting, {seen}"
 
 
 RULES: tuple[WindowRule, ...] = (

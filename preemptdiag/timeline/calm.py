@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +32,8 @@ from preemptdiag.model.records import (
     CALM_COLUMNS,
     CalmMinute,
     CalmRows,
+    Class,
+    Confidence,
     Event,
     FieldValue,
     Hit,
@@ -263,12 +265,18 @@ def lines(
     ]
 
 
+# What the rules make of a calm window (diagnose.window_rules.healthy_calm, bound to a
+# run's visibility): its confidence and why from its replica, start, end, stats lines
+# and KV max. (It is healthy: no rule before PD110 can take it.)
+Judged = Callable[[str, datetime, datetime, int, float | None], tuple[Confidence, str]]
+
+
 def windows(
-    placed: Sequence[Placed], others: Sequence[Window], seconds: int
+    placed: Sequence[Placed], others: Sequence[Window], seconds: int, judged: Judged
 ) -> list[Window] | None:
-    """The calm minutes' windows merged into `others`, build_windows' windows of the
-    events (its order: by replica, then start, undated last); None when a calm window
-    would share its replica and start with one of them."""
+    """The calm minutes' windows, classified (`judged`), merged into `others`: the
+    events' windows (build_windows' order: by replica, then start, undated last);
+    None when a calm window would share its replica and start with one of them."""
     if not placed:
         return list(others)
     groups: dict[tuple[str, int], list[Placed]] = {}
@@ -292,12 +300,12 @@ def windows(
                 continue
             key, p, alone = got
             if alone:
-                made[key] = _one_minute(key, p, row, seconds)
+                made[key] = _one_minute(key, p, row, seconds, judged)
             else:
                 kept[id(r), i] = row
     for key, ps in groups.items():
         if len(ps) > 1:
-            made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds)
+            made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds, judged)
     calm = [made[key] for key in sorted(made)]
     return list(heapq.merge(others, calm, key=_order))
 
@@ -313,7 +321,12 @@ def _epoch(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp())
 
 
-def _window(key: tuple[str, int], ps: list[tuple[Placed, tuple[Any, ...]]], seconds: int) -> Window:
+def _window(
+    key: tuple[str, int],
+    ps: list[tuple[Placed, tuple[Any, ...]]],
+    seconds: int,
+    judged: Judged,
+) -> Window:
     """The window of these calm minutes (with their rows), as build_windows aggregates
     their lines."""
     replica, wstart = key
@@ -324,10 +337,15 @@ def _window(key: tuple[str, int], ps: list[tuple[Placed, tuple[Any, ...]]], seco
     kv_max, running_max = _most(stats, _KV), _most(stats, _RUNNING)
     top = max(s.peak_kv for s in stats)
     at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
+    end = start + timedelta(seconds=seconds)
+    conf, why = judged(replica, start, end, n, kv_max)
     return Window(
+        cls=Class.HEALTHY,
+        confidence=conf,
+        why=why,
         replica=replica,
         start=start,
-        end=start + timedelta(seconds=seconds),
+        end=end,
         n_events=n,
         n_stats=n,
         preemptions=0.0,
@@ -355,7 +373,9 @@ def _window(key: tuple[str, int], ps: list[tuple[Placed, tuple[Any, ...]]], seco
     )
 
 
-def _one_minute(key: tuple[str, int], p: Placed, row: tuple[Any, ...], seconds: int) -> Window:
+def _one_minute(
+    key: tuple[str, int], p: Placed, row: tuple[Any, ...], seconds: int, judged: Judged
+) -> Window:
     """_window of a window of one calm minute (a replica of one stream: the usual),
     the same numbers without the lists (a month of windows: ~40 % of this stage)."""
     replica, wstart = key
@@ -369,16 +389,22 @@ def _one_minute(key: tuple[str, int], p: Placed, row: tuple[Any, ...], seconds: 
     n = row[_N]
     running_max, swapped_max = row[_MAXES + _RUNNING], row[_MAXES + _SWAPPED]
     peak_kv = row[_PEAK_KV]
+    end = start + timedelta(seconds=seconds)
+    kv_max = row[_MAXES + _KV]
+    conf, why = judged(replica, start, end, n, kv_max)
     return Window(
+        cls=Class.HEALTHY,
+        confidence=conf,
+        why=why,
         replica=replica,
         start=start,
-        end=start + timedelta(seconds=seconds),
+        end=end,
         n_events=n,
         n_stats=n,
         preemptions=0.0,
         preemptions_lower_bound=False,
         max_cumulative=None,
-        kv_max=row[_MAXES + _KV],
+        kv_max=kv_max,
         kv_mean=mean(_KV),
         running_max=None if running_max is None else int(running_max),
         running_mean=mean(_RUNNING),
