@@ -5,7 +5,10 @@ interleavings go through both paths."""
 from __future__ import annotations
 
 import gzip
+import json
 import random
+import subprocess
+import sys
 from dataclasses import asdict, replace
 from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta, timezone
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
 
+import preemptdiag.commands.analyze as analyze_mod
 import preemptdiag.scan.parallel as parallel
 import preemptdiag.scan.rollup as rollup_mod
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
@@ -531,3 +535,15 @@ def test_a_late_v1_count_is_read_line_by_line(tmp_path: Path) -> None:
     assert not any(e.rollup for e in rolled.events)
     assert any("not seen empty after 14:10:10" in n for n in rolled.report.notes)
     assert [str(w.confidence) for w in rolled.report.windows][:3] == ["low", "high", "high"]
+
+
+def test_a_late_v1_count_from_stdin_keeps_its_rollups_and_says_so(tmp_path: Path) -> None:
+    # stdin cannot be read again: the report says its spans were read by minute.
+    path = _late_count_log(tmp_path / "late.log")
+    args = [sys.executable, "-m", "preemptdiag", "analyze", "--year", "2025", "-f", "json"]
+    piped = subprocess.run([*args, "-"], stdin=path.open("rb"), capture_output=True, check=False)
+    named = subprocess.run([*args, str(path)], capture_output=True, check=False)
+    assert piped.returncode == named.returncode == 0, piped.stderr
+    notes = [json.loads(p.stdout)["notes"] for p in (piped, named)]
+    assert analyze_mod._LATE_ROLLED in notes[0]
+    assert analyze_mod._LATE_ROLLED not in notes[1]

@@ -323,10 +323,7 @@ def _judge(
     # count, which a rollup or a calm minute keeps only some of (bench/fuzz.py found
     # the reason's time moved from a line's to its minute's).
     late = {s.replica for s in vis.settled}
-    if late and (
-        late & {p.replica for p in calm}
-        or (again and any(e.rollup is not None and e.replica in late for e in events))
-    ):
+    if late and (late & {p.replica for p in calm} or (again and _late_rolled(vis, events))):
         return Again.ROLLUPS
     windows = classify(
         built,
@@ -348,6 +345,20 @@ def _judge(
     facts = read_facts(_replica_events(unfiltered, v.replica))
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
     return Judgement(v, windows, lever, info, vis, events)
+
+
+def _late_rolled(vis: Visibility, events: Sequence[Event]) -> bool:
+    """Whether a replica whose V1 count is late has stats lines rolled up."""
+    late = {s.replica for s in vis.settled}
+    return bool(late) and any(e.rollup is not None and e.replica in late for e in events)
+
+
+# (stdin, read once, keeps its rollups: the note says what that changes)
+_LATE_ROLLED = (
+    "preemption visibility: read from stdin, a late V1 count's spans are read a minute "
+    "at a time, not line by line (the stats lines of a minute were merged); analyze the "
+    "log as a file for the exact spans"
+)
 
 
 def stdin_once(names: Sequence[str]) -> None:
@@ -480,6 +491,8 @@ def _judged(
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
     windows = [_redact_window(w, redactor) for w in windows]
     notes.extend(visibility_notes(events, results, v, vis.reason, info.generation))
+    if not again and _late_rolled(vis, events):
+        notes.append(_LATE_ROLLED)
     notes.extend(alignment_notes(dated, opts.time))
     notes.extend(replica_notes(windows, opts.fail_on))
     notes.extend(spread_notes(windows))
