@@ -547,3 +547,21 @@ def test_a_late_v1_count_from_stdin_keeps_its_rollups_and_says_so(tmp_path: Path
     notes = [json.loads(p.stdout)["notes"] for p in (piped, named)]
     assert analyze_mod._LATE_ROLLED in notes[0]
     assert analyze_mod._LATE_ROLLED not in notes[1]
+
+
+def test_past_the_line_by_line_bound_a_late_count_keeps_its_rollups_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read line by line, a month of such stats lines was ~30 s and ~400 MiB: past the
+    # bound analyze keeps the minutes merged, and the report says what that changes.
+    path = _late_count_log(tmp_path / "late.log")
+    exact = _run([path], False)
+    monkeypatch.setattr(analyze_mod, "LINE_BY_LINE_MAX_LINES", 10)
+    rolled = _run([path], True)
+    assert any(e.rollup for e in rolled.events)
+    assert analyze_mod._LATE_ROLLED in rolled.report.notes
+    assert analyze_mod._LATE_ROLLED not in exact.report.notes
+    assert (rolled.exit_code, rolled.report.verdict.cls) == (
+        exact.exit_code,
+        exact.report.verdict.cls,
+    )

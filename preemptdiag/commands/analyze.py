@@ -291,6 +291,15 @@ class Again(Enum):
     ROLLUPS = "rollups and calm minutes"  # a late V1 count reads every stats line
 
 
+# A late V1 count (visibility.Settled) reads every stats line's time, count and
+# Waiting; a rollup keeps a minute's first and last line, a calm minute none. Its logs
+# are read again line by line where that costs little; past these (and from stdin,
+# which cannot be read again) its spans are read a minute at a time, and the report
+# says so (_LATE_ROLLED). A month of stats lines one by one was ~30 s and ~400 MiB.
+LINE_BY_LINE_MAX_BYTES = 64 << 20
+LINE_BY_LINE_MAX_LINES = 20_000
+
+
 def _judge(
     unfiltered: Sequence[Event],
     opts: Options,
@@ -319,12 +328,16 @@ def _judge(
         opts.thresholds,
         vis.counted_since if vis.settled else None,
     )
-    # A late V1 count (visibility.Settled) reads every stats line's time, Waiting and
-    # count, which a rollup or a calm minute keeps only some of (bench/fuzz.py found
-    # the reason's time moved from a line's to its minute's).
+    # A late V1 count's lines, summed (bench/fuzz.py found the reason's time moved
+    # from a line's to its minute's, and a window's confidence with it).
     late = {s.replica for s in vis.settled}
-    if late and (late & {p.replica for p in calm} or (again and _late_rolled(vis, events))):
-        return Again.ROLLUPS
+    if late:
+        summed = sum(e.lines for e in events if e.rollup is not None and e.replica in late)
+        summed += sum(p.n for p in calm if p.replica in late)
+        if summed and again and summed <= LINE_BY_LINE_MAX_LINES:
+            return Again.ROLLUPS
+        if late & {p.replica for p in calm}:
+            return Again.CALM  # (the minutes' lines must be reads and drains at least)
     windows = classify(
         built,
         opts.thresholds,
@@ -353,11 +366,11 @@ def _late_rolled(vis: Visibility, events: Sequence[Event]) -> bool:
     return bool(late) and any(e.rollup is not None and e.replica in late for e in events)
 
 
-# (stdin, read once, keeps its rollups: the note says what that changes)
 _LATE_ROLLED = (
-    "preemption visibility: read from stdin, a late V1 count's spans are read a minute "
-    "at a time, not line by line (the stats lines of a minute were merged); analyze the "
-    "log as a file for the exact spans"
+    "preemption visibility: the late V1 count's spans are read a minute at a time, not "
+    "line by line (a minute's stats lines were merged: the log was piped, or over "
+    f"{LINE_BY_LINE_MAX_BYTES >> 20} MiB or {LINE_BY_LINE_MAX_LINES:,} such lines), so "
+    "a window at their edges may be judged a minute early or late"
 )
 
 
@@ -386,8 +399,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         results = scan_sources(
             logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup, calm_kv
         )
-        # (a log read from stdin cannot be read again: there a late V1 count reads
-        # the rollups' lines, an approximation)
+        # (a log read from stdin cannot be read again)
         again = all(s.path is not None for s in logs)
         done = _judged(opts, results, logs, proms, again)
         if done is Again.CALM:
@@ -400,7 +412,8 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
             done = _judged(opts, results, logs, proms, again)
         if done is Again.ROLLUPS:
             # A late V1 count reads every stats line (visibility.Settled): line by
-            # line. (Rare: a V1 log with a count, `Preemptions:` or /metrics scrapes.)
+            # line, where that costs little. (A V1 log with `Preemptions:` or /metrics
+            # scrapes.)
             results = scan_sources(
                 logs, matcher, opts.jobs, None, None, opts.max_events, False, None
             )
@@ -419,6 +432,7 @@ def _judged(
     """Everything after the scan: events, windows, verdict, lever, the report. What
     to scan again without when the scan's calm minutes or rollups cannot stand for
     their lines (and `again`: the logs can be read again)."""
+    again = again and sum(r.bytes_read for r in results) <= LINE_BY_LINE_MAX_BYTES
     # How each log was dated, read off its hits: once they are events nothing else
     # needs them, and a month of stats rollups' hits (~0.5 KB a minute) go.
     dated = [
@@ -491,7 +505,7 @@ def _judged(
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
     windows = [_redact_window(w, redactor) for w in windows]
     notes.extend(visibility_notes(events, results, v, vis.reason, info.generation))
-    if not again and _late_rolled(vis, events):
+    if _late_rolled(vis, events):
         notes.append(_LATE_ROLLED)
     notes.extend(alignment_notes(dated, opts.time))
     notes.extend(replica_notes(windows, opts.fail_on))
