@@ -73,6 +73,15 @@ def test_rust_regex_takes_most_builtin_patterns_and_refuses_look_around() -> Non
     assert not rust_regex.rust_ok(r"(?:x)*")  # can match nothing: finditer counts may differ
 
 
+def test_rust_regex_refuses_a_counted_repetition_of_a_thousand_or_more() -> None:
+    # Rust's regex unrolls it: an engine's config line pattern, `[^\n]{0,4000}?`, was
+    # 10-23 MiB compiled, and polars keeps it for the run.
+    assert "{0,4000}?" in SIGS["vllm.v1.engine_init"].pattern
+    assert not rust_regex.rust_ok(SIGS["vllm.v1.engine_init"].pattern)
+    assert not rust_regex.rust_ok(r"x[^\n]{1000}y")
+    assert rust_regex.rust_ok(r"x[^\n]{0,999}?y")
+
+
 @pytest.mark.parametrize("path", SAMPLES + CORPUS_LOGS, ids=lambda p: p.name)
 def test_samples_and_corpus_in_bulk_match_line_by_line(
     path: Path, monkeypatch: pytest.MonkeyPatch

@@ -20,12 +20,18 @@ import regex
 # polars, whose string kernels cost memory to page in (a false alarm only keeps a
 # pattern on the regex path).
 _NOT_RUST = regex.compile(r"\(\?<?[=!]|\(\?>|\(\?P=|\\[1-9]|[*+?}]\+|\(\?\(")
+# A counted repetition of 1,000 or more: Rust's regex unrolls it, and a config line's
+# `[^\n]{0,4000}?` compiled to 10-23 MiB that polars then cached for the run (a third
+# of a month's scan memory, measured); such a pattern stays on the `regex` path.
+_HUGE_REPEAT = regex.compile(r"\{(?:[0-9]*,)?[0-9]{4,}\}")
 
 
 @cache
 def rust_ok(pattern: str) -> bool:
     """Whether polars' Rust regex compiles `pattern` (and it cannot match nothing)."""
-    if _NOT_RUST.search(pattern) or regex.search(pattern, "") is not None:
+    if _NOT_RUST.search(pattern) or _HUGE_REPEAT.search(pattern):
+        return False
+    if regex.search(pattern, "") is not None:
         return False
     if not usable():
         return False  # (a forked worker: see usable)
