@@ -125,7 +125,8 @@ class Hit:
 class CalmMinute:
     """A stream's clock minute of stats lines that the scan kept as numbers, not as
     hits: nothing waiting on any line, no preemption, KV under the pressure threshold
-    (scan/lane.py decides; timeline/calm.py makes its window). A month of a quiet
+    (scan/lane.py decides and keeps it as a row of CalmRows; timeline/calm.py makes
+    this record of it only for a window of several minutes). A month of a quiet
     server is 43,200 of them; as hits, events and a rollup each they were most of a
     long log's time and memory."""
 

@@ -1,12 +1,14 @@
 """Calm minutes -> windows, without a hit, an event or a rollup each.
 
 A month of a quiet server's log is 43,200 stream-minutes of stats lines in which
-nothing waits and nothing is preempted. scan/lane.py keeps such a minute as numbers
-(records.CalmMinute); here each gets its time and replica from the hit before it in
-its file (its anchor: the lane makes the first segment of every clock a hit), and the
-minutes of one window become that window, as build_windows aggregates their lines.
-Everything after sees the windows (the rules find them healthy: PD110), and the
-minutes' lines where it counts lines (detect_engine).
+nothing waits and nothing is preempted. scan/lane.py keeps such a minute as a row of
+numbers (records.CalmRows, a frame a block); here each gets its time and replica from
+the hit before it in its file (its anchor: the lane makes the first segment of every
+clock a hit), and the minutes of one window become that window, as build_windows
+aggregates their lines, classified as it is made (the rules find it healthy: PD110,
+window_rules.healthy_calm). Its row is read once, then; a CalmMinute is made only for
+a window of several minutes. Everything after sees the windows, and the minutes' lines
+where it counts lines (detect_engine).
 
 Exact, or not used: `place` gives None, and analyze scans again without calm minutes,
 when a minute has no anchor of its clock before it, when its anchor was not timed from
@@ -14,9 +16,10 @@ its own stamp's date, or when a calm minute would come after every hit of its fi
 year-less log is moved back a year by its last stamp: events.resolve_times).
 `windows` gives None when a calm window shares its (replica, start) with a window of
 events; analyze does the same when the replica's preemption count is a late V1 one
-(visibility.Settled reads every stats line's Waiting). tests/timeline/test_calm.py
-holds the report to the one made without calm minutes, byte for byte, in every format;
-bench/fuzz.py and bench/lane_fuzz.py do on damaged logs.
+(visibility.Settled reads every stats line's Waiting: analyze.Again).
+tests/timeline/test_calm.py holds the report to the one made without calm minutes,
+byte for byte, in every format; bench/fuzz.py and bench/lane_fuzz.py do on damaged
+logs.
 """
 
 from __future__ import annotations
