@@ -332,47 +332,21 @@ def _window(
 ) -> Window:
     """The window of these calm minutes (with their rows), as build_windows aggregates
     their lines."""
-    replica, wstart = key
-    start = datetime.fromtimestamp(wstart, tz=UTC)
     made = [_Made(_minute(p.rows, row), p.replica, p.ts) for p, row in ps]
     stats = [m.minute.stats for m in made]
-    n = sum(s.n for s in stats)
-    kv_max, running_max = _most(stats, _KV), _most(stats, _RUNNING)
     top = max(s.peak_kv for s in stats)
     at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
-    end = start + timedelta(seconds=seconds)
-    conf, why = judged(replica, start, end, n, kv_max)
-    return Window(
-        cls=Class.HEALTHY,
-        confidence=conf,
-        why=why,
-        replica=replica,
-        start=start,
-        end=end,
-        n_events=n,
-        n_stats=n,
-        preemptions=0.0,
-        preemptions_lower_bound=False,
-        max_cumulative=None,
-        kv_max=kv_max,
-        kv_mean=_mean(stats, _KV),
-        running_max=None if running_max is None else int(running_max),
-        running_mean=_mean(stats, _RUNNING),
-        waiting_first=0,
-        waiting_last=0,
-        waiting_max=0,
-        swapped_first=_swapped_first(made),
-        swapped_last=_swapped_last(made),
-        swapped_max=_swapped_max(made),
-        prompt_tput=_mean(stats, _PROMPT),
-        gen_tput=_mean(stats, _GEN),
-        alloc_failures=0,
-        host_ooms=0,
-        engine_deaths=0,
-        swap_warnings=0,
-        evidence=(_evidence(made),),
-        kv_peak_running=min(at_peak) if at_peak else None,
-        waiting_share=0.0,  # (every line of a calm minute says Waiting: 0)
+    return _calm_window(
+        key,
+        seconds,
+        judged,
+        sum(s.n for s in stats),
+        _most(stats, _KV),
+        _most(stats, _RUNNING),
+        tuple(_mean(stats, i) for i in (_KV, _RUNNING, _PROMPT, _GEN)),
+        (_swapped_first(made), _swapped_last(made), _swapped_max(made)),
+        _evidence(made),
+        min(at_peak) if at_peak else None,
     )
 
 
@@ -381,20 +355,52 @@ def _one_minute(
 ) -> Window:
     """_window of a window of one calm minute (a replica of one stream: the usual),
     the same numbers without the lists (a month of windows: ~40 % of this stage)."""
-    replica, wstart = key
-    start = datetime.fromtimestamp(wstart, tz=UTC)
 
     def mean(i: int) -> float | None:
         # (as _mean: 0.0 + the sum, so a -0.0 sum is snapped as 0.0 there)
         count = row[_COUNTS + i]
         return snap6(snap6(0.0 + row[_SUMS + i]) / count) if count else None
 
-    n = row[_N]
-    running_max, swapped_max = row[_MAXES + _RUNNING], row[_MAXES + _SWAPPED]
+    swapped_max = row[_MAXES + _SWAPPED]
     peak_kv = row[_PEAK_KV]
+    return _calm_window(
+        key,
+        seconds,
+        judged,
+        row[_N],
+        row[_MAXES + _KV],
+        row[_MAXES + _RUNNING],
+        tuple(mean(i) for i in (_KV, _RUNNING, _PROMPT, _GEN)),
+        (
+            row[_SWAPPED_FIRST],
+            row[_SWAPPED_LAST],
+            None if swapped_max is None else int(swapped_max),
+        ),
+        stamp_event(_peak(p.rows, row), p.ts.replace(second=row[_PEAK_SECOND]), key[0]),
+        # (as _window's: no peak line when the peak is not equal to itself, a NaN)
+        row[_PEAK_RUNNING] if peak_kv == peak_kv else None,
+    )
+
+
+def _calm_window(
+    key: tuple[str, int],
+    seconds: int,
+    judged: Judged,
+    n: int,
+    kv_max: float | None,
+    running_max: float | None,
+    means: tuple[float | None, ...],  # KV, Running, prompt and generation throughput
+    swapped: tuple[int | None, int | None, int | None],  # first, last, max
+    evidence: Event,
+    kv_peak_running: int | None,
+) -> Window:
+    """A calm window from its numbers, classified (`judged`): every line says Waiting:
+    0, nothing is preempted or fails."""
+    replica, wstart = key
+    start = datetime.fromtimestamp(wstart, tz=UTC)
     end = start + timedelta(seconds=seconds)
-    kv_max = row[_MAXES + _KV]
     conf, why = judged(replica, start, end, n, kv_max)
+    kv_mean, running_mean, prompt_tput, gen_tput = means
     return Window(
         cls=Class.HEALTHY,
         confidence=conf,
@@ -408,27 +414,24 @@ def _one_minute(
         preemptions_lower_bound=False,
         max_cumulative=None,
         kv_max=kv_max,
-        kv_mean=mean(_KV),
+        kv_mean=kv_mean,
         running_max=None if running_max is None else int(running_max),
-        running_mean=mean(_RUNNING),
+        running_mean=running_mean,
         waiting_first=0,
         waiting_last=0,
         waiting_max=0,
-        swapped_first=row[_SWAPPED_FIRST],
-        swapped_last=row[_SWAPPED_LAST],
-        swapped_max=None if swapped_max is None else int(swapped_max),
-        prompt_tput=mean(_PROMPT),
-        gen_tput=mean(_GEN),
+        swapped_first=swapped[0],
+        swapped_last=swapped[1],
+        swapped_max=swapped[2],
+        prompt_tput=prompt_tput,
+        gen_tput=gen_tput,
         alloc_failures=0,
         host_ooms=0,
         engine_deaths=0,
         swap_warnings=0,
-        evidence=(
-            stamp_event(_peak(p.rows, row), p.ts.replace(second=row[_PEAK_SECOND]), replica),
-        ),
-        # (as _window's: no peak line when the peak is not equal to itself, a NaN)
-        kv_peak_running=row[_PEAK_RUNNING] if peak_kv == peak_kv else None,
-        waiting_share=0.0,
+        evidence=(evidence,),
+        kv_peak_running=kv_peak_running,
+        waiting_share=0.0,  # (every line of a calm minute says Waiting: 0)
     )
 
 
