@@ -951,7 +951,8 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
 
     stamp_first = take(stamps, first, pl.Utf8)
     stamp_peak = take(stamps, peak, pl.Utf8)
-    swapped = r.typed.get("swapped")
+    # (a signature without the field: None, as its typed column would be)
+    swapped = r.typed.get("swapped", [None] * len(r.lineno))
     columns: dict[str, pl.Series] = {
         "first_line": take(r.lineno, first, pl.Int64),
         "first_second": _two_digits(stamp_first, at + 6),
@@ -966,8 +967,8 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         **{c: part.get_column(c).cast(pl.Int64) for c in CALM_COLUMNS if c.startswith("cnt_")},
         "peak_kv": part.get_column("peak_kv"),
         "peak_running": part.get_column("peak_running"),
-        "swapped_first": take(swapped, first) if swapped else pl.Series([None] * len(first)),
-        "swapped_last": take(swapped, last) if swapped else pl.Series([None] * len(last)),
+        "swapped_first": take(swapped, first),
+        "swapped_last": take(swapped, last),
         "peak_line": take(r.lineno, peak, pl.Int64),
         "peak_pos": take(r.start, peak, pl.Int64),
         "peak_text": take(r.texts, peak, pl.Utf8),
