@@ -45,6 +45,7 @@ from preemptdiag.model.records import (
     Event,
     Hit,
     Lever,
+    ReadWindow,
     Report,
     ScanStats,
     Verdict,
@@ -198,6 +199,10 @@ def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...
 
 
 def _redact_window(w: Window, redactor: Redactor) -> Window:
+    if isinstance(w, ReadWindow):
+        text = w.evidence_line()[4]
+        if redactor(text) == text:
+            return w  # (its one evidence line, without making its event)
     evidence = _redact_events(w.evidence, redactor)
     same = all(a is b for a, b in zip(evidence, w.evidence, strict=True))
     return w if same else replace(w, evidence=evidence)

@@ -20,7 +20,15 @@ from preemptdiag.diagnose.visibility import Visibility
 from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
-from preemptdiag.model.records import Class, Confidence, Event, Kind, Verdict, Window
+from preemptdiag.model.records import (
+    Class,
+    Confidence,
+    Event,
+    Kind,
+    ReadWindow,
+    Verdict,
+    Window,
+)
 
 # Most severe first. insufficient_evidence sits above benign: a suspected loop that
 # the log cannot prove deserves attention before a proven harmless burst.
@@ -163,17 +171,32 @@ def _episode(windows: Sequence[Window], seconds: int) -> list[Window]:
 def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
     seen: set[tuple[str, int]] = set()
     decisive: list[Event] = []
-    stats: list[Event] = []
+    # (KV usage, the line's event; a ReadWindow's stats line is read without making
+    # its event, made only if picked: a healthy month is one run of 43,200 windows)
+    stats: list[tuple[float, Event | ReadWindow]] = []
     for w in run:
+        if isinstance(w, ReadWindow):
+            source, line, _, kind, _, _ = w.evidence_line()
+            if (source, line) not in seen:
+                seen.add((source, line))
+                if kind is Kind.STATS:
+                    stats.append((float(w.evidence_field("kv_usage") or 0.0), w))
+                else:
+                    decisive.append(w.evidence[0])
+            continue
         for e in w.evidence:
             key = (e.source, e.line)
             if key in seen:
                 continue
             seen.add(key)
-            (stats if e.kind is Kind.STATS else decisive).append(e)
+            if e.kind is Kind.STATS:
+                stats.append((float(e.fields.get("kv_usage") or 0.0), e))
+            else:
+                decisive.append(e)
     # Keep the earliest decisive lines and the hottest stats lines.
-    stats.sort(key=lambda e: -(float(e.fields.get("kv_usage") or 0.0)))
-    picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(stats))] + stats[:2]
+    stats.sort(key=lambda s: -s[0])
+    hottest = [e if isinstance(e, Event) else e.evidence[0] for _, e in stats[:2]]
+    picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(stats))] + hottest
     return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
 
 

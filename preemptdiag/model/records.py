@@ -260,6 +260,38 @@ class Window:
     preemptions_spread_over: int | None = None
 
 
+class ReadWindow(Window):
+    """A Window whose values are read from what it was made of when asked, not
+    held: timeline/calm.py's calm windows, as Windows a month of them was ~2 KB and
+    ~20 us each. It has one evidence event, made each time `evidence` is read;
+    `texts` and `evidence_line` let the sanitiser, the redactor and the JSON writer
+    read it without making that event. A copy (dataclasses.replace, pickling) is a
+    plain Window with its values."""
+
+    __slots__ = ()
+
+    def __new__(*args: Any, **kwargs: Any) -> Window:  # type: ignore[misc]
+        # dataclasses.replace calls an instance's class with every field; one of
+        # them is `cls` (so the class comes as the first of args, unnamed).
+        return Window(*args[1:], **kwargs)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return Window, tuple(getattr(self, f) for f in Window.__dataclass_fields__)
+
+    def texts(self) -> list[str] | None:
+        """Every string the window holds, its evidence event's included (its fields'
+        names and str values); None when a field holds what is not a str or a number."""
+        raise NotImplementedError
+
+    def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
+        """(source, line, sig, kind, text, ts) of its one evidence event."""
+        raise NotImplementedError
+
+    def evidence_field(self, name: str) -> FieldValue:
+        """The value of field `name` of its one evidence event (None if it has none)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The incident verdict: the earliest most severe episode."""

@@ -13,7 +13,17 @@ from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from preemptdiag.model.records import Event, Lever, ReplicaFacts, Report, ScanStats, Verdict, Window
+from preemptdiag.model.records import (
+    Event,
+    Kind,
+    Lever,
+    ReadWindow,
+    ReplicaFacts,
+    Report,
+    ScanStats,
+    Verdict,
+    Window,
+)
 from preemptdiag.render import common
 from preemptdiag.render.episodes import Episode, TimelineMode, episodes
 
@@ -49,7 +59,13 @@ _EVENT_KEYS = ("file", "line", "signature", "kind", "text", "ts")
 
 def _event_values(e: Event) -> tuple[JSONValue, ...]:
     # (in _EVENT_KEYS' order: event_dict and the windows' template share it)
-    return (e.source, e.line, e.sig, str(e.kind), e.text, common.iso(e.ts))
+    return _line_values(e.source, e.line, e.sig, e.kind, e.text, e.ts)
+
+
+def _line_values(
+    source: str, line: int, sig: str, kind: Kind, text: str, ts: datetime | None
+) -> tuple[JSONValue, ...]:
+    return (source, line, sig, str(kind), text, common.iso(ts))
 
 
 def event_dict(e: Event) -> dict[str, JSONValue]:
@@ -344,9 +360,15 @@ def window_json(w: Window, indent: str = "") -> str:
     checks): a window with one evidence line, the usual, is one str.format of its
     scalars into _one_event's template (a month of windows: ~3x faster than dict and
     walk)."""
-    if len(w.evidence) == 1:
+    if isinstance(w, ReadWindow) or len(w.evidence) == 1:
         get = _SCALARS.get
-        values = (*_window_values(w), *_event_values(w.evidence[0]))
+        # (a ReadWindow's evidence line read without making its event)
+        line = (
+            _line_values(*w.evidence_line())
+            if isinstance(w, ReadWindow)
+            else _event_values(w.evidence[0])
+        )
+        values = (*_window_values(w), *line)
         texts = [scalar(v) for v in values if (scalar := get(type(v))) is not None]
         if len(texts) == len(values):
             return _one_event(indent).format(*texts)

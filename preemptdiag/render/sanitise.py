@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import regex  # type: ignore[import-untyped, unused-ignore]
 
-from preemptdiag.model.records import Event, Window
+from preemptdiag.model.records import Event, ReadWindow, Window
 
 T = TypeVar("T")
 
@@ -112,7 +112,12 @@ class _Walk:
         if seen is not None:
             return seen[1]
         if kind == _DATACLASS:
-            new = obj if type(obj) is Window and self._clean_window(obj) else self._dataclass(obj)
+            if type(obj) is Window:
+                new = obj if self._clean_window(obj) else self._dataclass(obj)
+            elif isinstance(obj, ReadWindow) and _printable(obj.texts()):
+                new = obj  # (its texts at once, without making its evidence event)
+            else:
+                new = self._dataclass(obj)
         elif kind == _SEQ:
             new = self._seq(obj)
         else:
@@ -237,6 +242,13 @@ class _Walk:
 
 
 _NUMBERS = frozenset((int, float, bool, type(None)))
+
+
+def _printable(texts: list[str] | None) -> bool:
+    """Whether every text is clean, found in one call: a joined text is printable
+    only if each is, and isprintable() is false for every character clean() changes
+    (a text with one goes the walk's way)."""
+    return texts is not None and "".join(texts).isprintable()
 
 
 def _one(i: int, row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -27,8 +27,9 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from preemptdiag.model.records import (
@@ -40,6 +41,8 @@ from preemptdiag.model.records import (
     Event,
     FieldValue,
     Hit,
+    Kind,
+    ReadWindow,
     RollupStats,
     Window,
     WrapperStamp,
@@ -136,6 +139,11 @@ def _fields(r: CalmRows, row: tuple[Any, ...]) -> dict[str, FieldValue]:
     return out
 
 
+def _text(row: tuple[Any, ...]) -> str:
+    """The peak line's text as its hit holds it (cut as the scan cuts evidence)."""
+    return cut(row[_PEAK_TEXT][: MAX_EVIDENCE_CHARS + 1])
+
+
 def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
     """The hit the scan makes of the minute's peak line (lane._hit)."""
     stamp_text = row[_PEAK_STAMP]
@@ -145,7 +153,7 @@ def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
         r.sig,
         r.kind,
         _fields(r, row),
-        cut(row[_PEAK_TEXT][: MAX_EVIDENCE_CHARS + 1]),
+        _text(row),
         WrapperStamp("sql", stamp_text) if r.sglang else None,
         None if r.sglang else stamp_text,
         row[_PEAK_PROC],
@@ -297,13 +305,15 @@ def windows(
     made: dict[tuple[str, int], Window] = {}
     kept: dict[tuple[int, int], tuple[Any, ...]] = {}
     for r, wanted in where.values():
+        # (what a calm window reads of its rows, without their frame: it goes after)
+        bare, keep = replace(r, frame=None), keeps(r)
         for i, row in enumerate(r.frame.iter_rows()):
             got = wanted.get(i)
             if got is None:
                 continue
             key, p, alone = got
             if alone:
-                made[key] = _one_minute(key, p, row, seconds, judged)
+                made[key] = CalmWindow.of(key, bare, p.ts, row, keep, seconds, judged)
             else:
                 kept[id(r), i] = row
     for key, ps in groups.items():
@@ -350,36 +360,239 @@ def _window(
     )
 
 
-def _one_minute(
-    key: tuple[str, int], p: Placed, row: tuple[Any, ...], seconds: int, judged: Judged
-) -> Window:
-    """_window of a window of one calm minute (a replica of one stream: the usual),
-    the same numbers without the lists (a month of windows: ~40 % of this stage)."""
+# What a CalmWindow keeps of its minute's row (CalmRows.frame), in this order, then
+# the peak line's fields: not the whole row (a month of rows was ~60 MB).
+_KEPT = (
+    _N,
+    _MAXES + _KV,
+    _MAXES + _RUNNING,
+    _SWAPPED_FIRST,
+    _SWAPPED_LAST,
+    _MAXES + _SWAPPED,
+    _PEAK_KV,
+    _PEAK_RUNNING,
+    *(j for i in (_KV, _RUNNING, _PROMPT, _GEN) for j in (_SUMS + i, _COUNTS + i)),
+    _PEAK_LINE,
+    _PEAK_POS,
+    _PEAK_PROC,
+)
+_K_N, _K_KV, _K_RUNNING, _K_SWAPPED_FIRST, _K_SWAPPED_LAST, _K_SWAPPED = range(6)
+_K_PEAK_KV, _K_PEAK_RUNNING, _K_MEANS = 6, 7, 8  # then (sum, count) of each mean's
+_K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(16, 20)
 
-    def mean(i: int) -> float | None:
+
+def keeps(r: CalmRows) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """What a CalmWindow of `r`'s rows keeps of a row (_KEPT, then its fields)."""
+    return itemgetter(*_KEPT, *range(_FIELDS, _FIELDS + len(r.fields)))
+
+
+class CalmWindow(ReadWindow):
+    """The window of one calm minute (a replica of one stream: the usual), read from
+    what it keeps of the minute's row when asked (records.ReadWindow): the numbers
+    _calm_window makes of them, without a Window, an Event and its fields a minute
+    (a month of Windows: ~20 us each, a third of the time after the scan). Its time,
+    replica, peak line's time and text and what the rules make of it (confidence,
+    why) are held."""
+
+    __slots__ = ("_confidence", "_end", "_replica", "_rows", "_start", "_text", "_ts", "_v", "_why")
+    _rows: CalmRows  # (without its frame)
+    _v: tuple[Any, ...]  # _KEPT of the row, then the peak line's fields
+    _replica: str
+    _start: datetime
+    _end: datetime
+    _ts: datetime  # the peak line's time
+    _text: str  # the peak line's text, as its event holds it
+    _confidence: Confidence
+    _why: str
+
+    @classmethod
+    def of(
+        cls,
+        key: tuple[str, int],
+        rows: CalmRows,
+        ts: datetime,
+        row: tuple[Any, ...],
+        keep: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+        seconds: int,
+        judged: Judged,
+    ) -> CalmWindow:
+        """The window `key` (replica, start) of the minute `row` of `rows`, whose
+        first line is at `ts`; `keep`: keeps(rows)."""
+        replica, wstart = key
+        start = datetime.fromtimestamp(wstart, tz=UTC)
+        end = start + timedelta(seconds=seconds)
+        confidence, why = judged(replica, start, end, row[_N], row[_MAXES + _KV])
+        self = object.__new__(cls)
+        for name, value in (
+            ("_rows", rows),
+            ("_v", keep(row)),
+            ("_replica", replica),
+            ("_start", start),
+            ("_end", end),
+            ("_ts", ts.replace(second=row[_PEAK_SECOND])),
+            ("_text", _text(row)),
+            ("_confidence", confidence),
+            ("_why", why),
+        ):
+            object.__setattr__(self, name, value)
+        return self
+
+    def _mean(self, i: int) -> float | None:
         # (as _mean: 0.0 + the sum, so a -0.0 sum is snapped as 0.0 there)
-        count = row[_COUNTS + i]
-        return snap6(snap6(0.0 + row[_SUMS + i]) / count) if count else None
+        total, count = self._v[_K_MEANS + 2 * i], self._v[_K_MEANS + 2 * i + 1]
+        return snap6(snap6(0.0 + total) / count) if count else None
 
-    swapped_max = row[_MAXES + _SWAPPED]
-    peak_kv = row[_PEAK_KV]
-    return _calm_window(
-        key,
-        seconds,
-        judged,
-        row[_N],
-        row[_MAXES + _KV],
-        row[_MAXES + _RUNNING],
-        tuple(mean(i) for i in (_KV, _RUNNING, _PROMPT, _GEN)),
-        (
-            row[_SWAPPED_FIRST],
-            row[_SWAPPED_LAST],
-            None if swapped_max is None else int(swapped_max),
-        ),
-        stamp_event(_peak(p.rows, row), p.ts.replace(second=row[_PEAK_SECOND]), key[0]),
+    @property
+    def replica(self) -> str:
+        return self._replica
+
+    @property
+    def start(self) -> datetime:
+        return self._start
+
+    @property
+    def end(self) -> datetime:
+        return self._end
+
+    @property
+    def confidence(self) -> Confidence:
+        return self._confidence
+
+    @property
+    def why(self) -> str:
+        return self._why
+
+    @property
+    def n_events(self) -> int:
+        return int(self._v[_K_N])
+
+    @property
+    def n_stats(self) -> int:
+        return int(self._v[_K_N])
+
+    @property
+    def kv_max(self) -> float | None:
+        return self._v[_K_KV]  # type: ignore[no-any-return]
+
+    @property
+    def kv_mean(self) -> float | None:
+        return self._mean(0)
+
+    @property
+    def running_max(self) -> int | None:
+        running = self._v[_K_RUNNING]
+        return None if running is None else int(running)
+
+    @property
+    def running_mean(self) -> float | None:
+        return self._mean(1)
+
+    @property
+    def swapped_first(self) -> int | None:
+        return self._v[_K_SWAPPED_FIRST]  # type: ignore[no-any-return]
+
+    @property
+    def swapped_last(self) -> int | None:
+        return self._v[_K_SWAPPED_LAST]  # type: ignore[no-any-return]
+
+    @property
+    def swapped_max(self) -> int | None:
+        swapped = self._v[_K_SWAPPED]
+        return None if swapped is None else int(swapped)
+
+    @property
+    def prompt_tput(self) -> float | None:
+        return self._mean(2)
+
+    @property
+    def gen_tput(self) -> float | None:
+        return self._mean(3)
+
+    @property
+    def kv_peak_running(self) -> int | None:
         # (as _window's: no peak line when the peak is not equal to itself, a NaN)
-        row[_PEAK_RUNNING] if peak_kv == peak_kv else None,
-    )
+        peak_kv = self._v[_K_PEAK_KV]
+        return self._v[_K_PEAK_RUNNING] if peak_kv == peak_kv else None
+
+    @property
+    def evidence(self) -> tuple[Event, ...]:
+        # (as _peak's hit makes it; its stamps are not the event's: ts is)
+        r, v = self._rows, self._v
+        fields: dict[str, FieldValue] = dict(r.constants)
+        fields.update(zip(r.fields, v[_K_FIELDS:], strict=True))
+        h = Hit(
+            r.source,
+            v[_K_LINE],
+            r.sig,
+            r.kind,
+            fields,
+            self._text,
+            None,
+            None,
+            v[_K_PROC],
+            1,
+            None,
+            None,
+            None,
+            r.engine,
+            v[_K_POS],
+        )
+        return (stamp_event(h, self._ts, self._replica),)
+
+    def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
+        r = self._rows
+        return (r.source, self._v[_K_LINE], r.sig, r.kind, self._text, self._ts)
+
+    def evidence_field(self, name: str) -> FieldValue:
+        r = self._rows
+        if name in r.fields:  # (a field's value, not a constant of the same name)
+            return self._v[_K_FIELDS + r.fields.index(name)]  # type: ignore[no-any-return]
+        return r.constants.get(name)
+
+    def texts(self) -> list[str] | None:
+        r, v = self._rows, self._v
+        values = v[_K_FIELDS:]
+        if not _PLAIN.issuperset(map(type, values)):
+            return None
+        proc = v[_K_PROC]
+        # (the fields' names and values: the constants and the fields, as evidence's)
+        return [
+            self._replica,
+            self._why,
+            r.source,
+            r.sig,
+            self._text,
+            "" if proc is None else proc,
+            r.engine,
+            *r.constants,
+            *(c for c in r.constants.values() if type(c) is str),
+            *r.fields,
+            *(f for f in values if type(f) is str),
+        ]
+
+
+_PLAIN = frozenset((str, int, float, bool, type(None)))  # (what sanitise walks no further)
+
+
+# The fields every calm window has the same value in: every line says Waiting: 0,
+# nothing is preempted or fails. (_calm_window's, and CalmWindow's class attributes.)
+_CALM: dict[str, Any] = {
+    "cls": Class.HEALTHY,
+    "preemptions": 0.0,
+    "preemptions_lower_bound": False,
+    "max_cumulative": None,
+    "waiting_first": 0,
+    "waiting_last": 0,
+    "waiting_max": 0,
+    "alloc_failures": 0,
+    "host_ooms": 0,
+    "engine_deaths": 0,
+    "swap_warnings": 0,
+    "waiting_share": 0.0,
+    "preemptions_spread_over": None,
+}
+for _name, _value in _CALM.items():
+    setattr(CalmWindow, _name, _value)
 
 
 def _calm_window(
@@ -394,15 +607,13 @@ def _calm_window(
     evidence: Event,
     kv_peak_running: int | None,
 ) -> Window:
-    """A calm window from its numbers, classified (`judged`): every line says Waiting:
-    0, nothing is preempted or fails."""
+    """A calm window of several minutes from its numbers, classified (`judged`)."""
     replica, wstart = key
     start = datetime.fromtimestamp(wstart, tz=UTC)
     end = start + timedelta(seconds=seconds)
     conf, why = judged(replica, start, end, n, kv_max)
     kv_mean, running_mean, prompt_tput, gen_tput = means
     return Window(
-        cls=Class.HEALTHY,
         confidence=conf,
         why=why,
         replica=replica,
@@ -410,28 +621,18 @@ def _calm_window(
         end=end,
         n_events=n,
         n_stats=n,
-        preemptions=0.0,
-        preemptions_lower_bound=False,
-        max_cumulative=None,
         kv_max=kv_max,
         kv_mean=kv_mean,
         running_max=None if running_max is None else int(running_max),
         running_mean=running_mean,
-        waiting_first=0,
-        waiting_last=0,
-        waiting_max=0,
         swapped_first=swapped[0],
         swapped_last=swapped[1],
         swapped_max=swapped[2],
         prompt_tput=prompt_tput,
         gen_tput=gen_tput,
-        alloc_failures=0,
-        host_ooms=0,
-        engine_deaths=0,
-        swap_warnings=0,
         evidence=(evidence,),
         kv_peak_running=kv_peak_running,
-        waiting_share=0.0,  # (every line of a calm minute says Waiting: 0)
+        **_CALM,
     )
 
 

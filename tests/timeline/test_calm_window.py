@@ -1,0 +1,156 @@
+"""timeline/calm.py's CalmWindow: a calm window read from its minute's row when asked.
+
+A month of calm windows as Windows was ~2 KB and ~20 us each; a CalmWindow keeps what
+its row says and makes its evidence event only when one is read. These hold it to the
+Window the same log makes without calm minutes, field by field and event by event,
+and hold the readers that skip its event (the sanitiser, the redactor, the JSON
+writer) to what they make of that plain Window. (test_calm.py holds whole reports.)
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Iterator, Mapping
+from dataclasses import fields, is_dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_calm import _assert_same, _day, _write
+
+import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.passes as passes
+from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
+from preemptdiag.model.records import ReadWindow, Window
+from preemptdiag.render.json_format import window_json
+from preemptdiag.render.redact import Redactor
+from preemptdiag.render.sanitise import sanitised
+from preemptdiag.timeline.calm import CalmWindow
+from preemptdiag.timeline.events import TimeContext
+
+
+def _windows(path: Path, calm: bool) -> tuple[Window, ...]:
+    opts = Options(files=(str(path),), time=TimeContext(year=2026), calm=calm)
+    return run_analysis(opts).report.windows
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Window], list[Window]]:
+    """The windows of two hours of an engine's stats lines (calm but for a queue now
+    and then, a pinned pool and a warning), with calm minutes and without."""
+    log = _write(
+        tmp_path_factory.mktemp("calm") / "two-hours.log",
+        list(_day(3, datetime(2026, 6, 3, 23, 10), 2.0)),
+    )
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bulk, "AFTER_LINES", 0)  # the lane from the first block
+        m.setattr(passes, "BLOCK_BYTES", 1 << 16)
+        return list(_windows(log, True)), list(_windows(log, False))
+
+
+def _plain(w: Window) -> Window:
+    return Window(*(getattr(w, f.name) for f in fields(Window)))
+
+
+def _calm(windows: list[Window]) -> list[CalmWindow]:
+    return [w for w in windows if isinstance(w, CalmWindow)]
+
+
+def _strings(obj: Any) -> Iterator[str]:
+    """Every str in obj, as the sanitiser walks it (dataclasses, sequences, maps; a
+    StrEnum's member is no text to it)."""
+    if type(obj) is str:
+        yield obj
+    elif is_dataclass(obj) and not isinstance(obj, type):
+        for f in fields(obj):
+            yield from _strings(getattr(obj, f.name))
+    elif isinstance(obj, tuple | list):
+        for v in obj:
+            yield from _strings(v)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from _strings(k)
+            yield from _strings(v)
+
+
+def test_a_calm_window_reads_as_the_window_made_without_calm_minutes(
+    pair: tuple[list[Window], list[Window]],
+) -> None:
+    on, off = pair
+    assert len(_calm(on)) > 80  # (most of the 120 windows; the rest hold events)
+    assert not _calm(off)
+    assert [_plain(w) for w in on] == off  # every field, the evidence events' too
+    for w, plain in zip(on, off, strict=True):
+        assert w.evidence == plain.evidence
+
+
+def test_what_it_reads_without_making_its_event(pair: tuple[list[Window], list[Window]]) -> None:
+    for w in _calm(pair[0]):
+        (e,) = w.evidence
+        assert w.evidence_line() == (e.source, e.line, e.sig, e.kind, e.text, e.ts)
+        for name in (*e.fields, "no_such_field"):
+            assert w.evidence_field(name) == e.fields.get(name)
+        texts = w.texts()
+        assert texts is not None
+        assert set(_strings(_plain(w))) <= set(texts)
+
+
+def test_a_copy_of_one_is_a_plain_window(pair: tuple[list[Window], list[Window]]) -> None:
+    w = _calm(pair[0])[0]
+    assert isinstance(w, ReadWindow) and type(w) is not Window
+    changed = replace(w, why="changed")
+    assert type(changed) is Window
+    assert changed == replace(_plain(w), why="changed")
+    for made in (pickle.loads(pickle.dumps(w)), copy.copy(w), copy.deepcopy(w)):
+        assert type(made) is Window
+        assert made == _plain(w)
+
+
+def _with_text(w: CalmWindow, text: str) -> CalmWindow:
+    """w with another peak line text (the lane never keeps a line with an escape or
+    a secret: these are the readers' other paths)."""
+    out = object.__new__(CalmWindow)
+    for name in CalmWindow.__slots__:
+        object.__setattr__(out, name, getattr(w, name))
+    object.__setattr__(out, "_text", text)
+    return out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Engine 000: Avg prompt throughput: 1.0 tokens/s, \x1b]0;title\x07GPU KV cache usage: 9%",
+        "Engine 000: Avg prompt throughput: 1.0 tokens/s, key sk-ab12cd34ef56 GPU KV",
+        "Engine 000: Avg prompt throughput: 1.0 tokens/s, {braces} \u202e GPU KV",
+    ],
+)
+def test_the_readers_skipping_its_event_give_what_they_give_its_plain_window(
+    pair: tuple[list[Window], list[Window]], text: str
+) -> None:
+    w = _with_text(_calm(pair[0])[0], text)
+    plain = _plain(w)
+    assert plain.evidence[0].text == text
+    # (a window left as it is stays a CalmWindow: compared as the Window it reads as)
+    assert _plain(sanitised(w)) == sanitised(plain)
+    assert (sanitised(w) is w) == (sanitised(plain) is plain)
+    redactor = Redactor(enabled=True)
+    assert _plain(_redact_window(w, redactor)) == _redact_window(plain, redactor)
+    assert (_redact_window(w, redactor) is w) == (_redact_window(plain, redactor) is plain)
+    assert window_json(w, "    ") == window_json(plain, "    ")
+    clean = _calm(pair[0])[1]
+    assert sanitised(clean) is clean
+    assert _redact_window(clean, Redactor(enabled=True)) is clean
+    assert window_json(clean) == window_json(_plain(clean))
+
+
+def test_a_replica_name_with_escapes_is_cleaned_as_without_calm_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (an OSC sequence is dropped, a bare control character becomes U+FFFD)
+    log = _write(tmp_path / "a\x1b]0;x\x07b\x01c.log", list(_day(4, datetime(2026, 6, 3), 1.0)))
+    spy = _assert_same([log], monkeypatch, capsys)
+    assert spy.placed > 30 and not spy.gave_up
+    out = log.with_suffix(".True.json").read_text(encoding="utf-8")
+    assert out.count('ab\\ufffdc.log"') > 60 and "\x1b" not in out and "\x01" not in out
