@@ -147,6 +147,7 @@ class CalmMinute:
 # signature's fields, the peak line's values): what CalmMinute holds of a minute.
 # sum_/cnt_/max_ go through AGG_FIELDS (scan/rollup.py) in its order.
 CALM_AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
+CALM_MEANS = ("kv_usage", "running", "prompt_tput", "gen_tput")
 CALM_COLUMNS = (
     "first_line",
     "first_second",
@@ -160,6 +161,8 @@ CALM_COLUMNS = (
     *(f"sum_{k}" for k in CALM_AGG_FIELDS),
     *(f"cnt_{k}" for k in CALM_AGG_FIELDS),
     *(f"max_{k}" for k in CALM_AGG_FIELDS),
+    # a window's mean of the minute's lines (windows.snapped_mean of its sum and count)
+    *(f"mean_{k}" for k in CALM_MEANS),
     "peak_kv",
     "peak_running",
     "swapped_first",

@@ -7,7 +7,9 @@ field is compatible. The exit code is deliberately absent: the CLI owns it.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from enum import Enum
@@ -371,8 +373,25 @@ def window_json(w: Window, indent: str = "") -> str:
         values = (*_window_values(w), *line)
         texts = [scalar(v) for v in values if (scalar := get(type(v))) is not None]
         if len(texts) == len(values):
-            return _one_event(indent).format(*texts)
+            return _filled(_one_event_pieces(indent), texts)
     return dumps_indented(window_dict(w), indent)
+
+
+@functools.lru_cache(maxsize=8)
+def _one_event_pieces(indent: str) -> tuple[str, ...]:
+    """_one_event's template as the texts between its fields (one more than them):
+    joined with the fields' texts between them it is the template's str.format, ~2x
+    faster (format parses its 1.4 KB template each time)."""
+    pieces = [""]
+    for literal, name, _, _ in string.Formatter().parse(_one_event(indent)):
+        pieces[-1] += literal
+        if name is not None:
+            pieces.append("")
+    return tuple(pieces)
+
+
+def _filled(pieces: tuple[str, ...], texts: list[str]) -> str:
+    return pieces[0] + "".join(itertools.chain.from_iterable(zip(texts, pieces[1:], strict=True)))
 
 
 @functools.lru_cache(maxsize=8)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from preemptdiag.model import request_text
 from preemptdiag.model.records import (
     CALM_COLUMNS,
+    CALM_MEANS,
     CalmRows,
     FieldValue,
     Hit,
@@ -953,6 +954,14 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
     stamp_peak = take(stamps, peak, pl.Utf8)
     # (a signature without the field: None, as its typed column would be)
     swapped = r.typed.get("swapped", [None] * len(r.lineno))
+    # windows.snapped_mean of a minute's sum and count (snap6 is polars' round(6),
+    # tests/timeline/test_windows_small.py): here, not per window after the scan
+    means = part.select(
+        pl.when(pl.col(f"cnt_{k}") > 0)
+        .then(((pl.col(f"sum_{k}") + 0.0).round(6) / pl.col(f"cnt_{k}")).round(6))
+        .alias(f"mean_{k}")
+        for k in CALM_MEANS
+    )
     columns: dict[str, pl.Series] = {
         "first_line": take(r.lineno, first, pl.Int64),
         "first_second": _two_digits(stamp_first, at + 6),
@@ -965,6 +974,7 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         "n": part.get_column("n").cast(pl.Int64),
         **{c: part.get_column(c) for c in CALM_COLUMNS if c.startswith(("sum_", "max_"))},
         **{c: part.get_column(c).cast(pl.Int64) for c in CALM_COLUMNS if c.startswith("cnt_")},
+        **{c: means.get_column(c) for c in CALM_COLUMNS if c.startswith("mean_")},
         "peak_kv": part.get_column("peak_kv"),
         "peak_running": part.get_column("peak_running"),
         "swapped_first": take(swapped, first),

@@ -34,6 +34,7 @@ from typing import Any
 
 from preemptdiag.model.records import (
     CALM_COLUMNS,
+    CALM_MEANS,
     CalmMinute,
     CalmRows,
     Class,
@@ -371,14 +372,15 @@ _KEPT = (
     _MAXES + _SWAPPED,
     _PEAK_KV,
     _PEAK_RUNNING,
-    *(j for i in (_KV, _RUNNING, _PROMPT, _GEN) for j in (_SUMS + i, _COUNTS + i)),
+    *(_AT[f"mean_{k}"] for k in CALM_MEANS),
     _PEAK_LINE,
     _PEAK_POS,
     _PEAK_PROC,
 )
 _K_N, _K_KV, _K_RUNNING, _K_SWAPPED_FIRST, _K_SWAPPED_LAST, _K_SWAPPED = range(6)
-_K_PEAK_KV, _K_PEAK_RUNNING, _K_MEANS = 6, 7, 8  # then (sum, count) of each mean's
-_K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(16, 20)
+_K_PEAK_KV, _K_PEAK_RUNNING = 6, 7
+_K_KV_MEAN, _K_RUNNING_MEAN, _K_PROMPT, _K_GEN = range(8, 12)  # (CALM_MEANS' order)
+_K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(12, 16)
 
 
 def keeps(r: CalmRows) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
@@ -437,11 +439,6 @@ class CalmWindow(ReadWindow):
             object.__setattr__(self, name, value)
         return self
 
-    def _mean(self, i: int) -> float | None:
-        # (as _mean: 0.0 + the sum, so a -0.0 sum is snapped as 0.0 there)
-        total, count = self._v[_K_MEANS + 2 * i], self._v[_K_MEANS + 2 * i + 1]
-        return snap6(snap6(0.0 + total) / count) if count else None
-
     @property
     def replica(self) -> str:
         return self._replica
@@ -476,7 +473,7 @@ class CalmWindow(ReadWindow):
 
     @property
     def kv_mean(self) -> float | None:
-        return self._mean(0)
+        return self._v[_K_KV_MEAN]  # type: ignore[no-any-return]
 
     @property
     def running_max(self) -> int | None:
@@ -485,7 +482,7 @@ class CalmWindow(ReadWindow):
 
     @property
     def running_mean(self) -> float | None:
-        return self._mean(1)
+        return self._v[_K_RUNNING_MEAN]  # type: ignore[no-any-return]
 
     @property
     def swapped_first(self) -> int | None:
@@ -502,11 +499,11 @@ class CalmWindow(ReadWindow):
 
     @property
     def prompt_tput(self) -> float | None:
-        return self._mean(2)
+        return self._v[_K_PROMPT]  # type: ignore[no-any-return]
 
     @property
     def gen_tput(self) -> float | None:
-        return self._mean(3)
+        return self._v[_K_GEN]  # type: ignore[no-any-return]
 
     @property
     def kv_peak_running(self) -> int | None:
