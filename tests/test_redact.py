@@ -269,6 +269,27 @@ def test_never_raises_and_is_idempotent(text: str) -> None:
     assert redact(once) == once
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.text(), FRAGMENT_TEXT), max_size=6))
+def test_texts_redaction_keeps_at_once_it_keeps_one_by_one(texts: list[str]) -> None:
+    # (keeps may say no where each is kept: then each is redacted on its own)
+    if Redactor().keeps(texts):
+        assert [redact(t) for t in texts] == texts
+    assert Redactor(enabled=False).keeps(texts)
+
+
+def test_texts_redaction_keeps_at_once() -> None:
+    kept = Redactor()
+    # (the ordinary lines that hold no trigger's literal: a stats line's shapes)
+    stats = [line for line in ORDINARY if kept.keeps([line])]
+    assert len(stats) >= 5 and all(redact(line) == line for line in stats)
+    assert kept.keeps(stats) and kept.keeps([]) and kept.keeps(["", ""])
+    assert not kept.keeps([*stats, "key sk-ab12cd34ef56 used"])
+    assert not kept.keeps(["a\rb"])  # (a carriage return joins what it separates)
+    # each half of a secret's literal alone, in two texts, is no trigger
+    assert kept.keeps(["ends with s", "k-ab12cd34ef56"])
+
+
 @pytest.mark.parametrize(
     ("line", "want"),
     [

@@ -198,6 +198,24 @@ def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...
     return tuple(out)
 
 
+# ReadWindows whose evidence lines redaction is asked about at once (Redactor.keeps)
+_REDACT_CHUNK = 256
+
+
+def _redact_windows(windows: Sequence[Window], redactor: Redactor) -> list[Window]:
+    """Each window redacted (_redact_window); a chunk's ReadWindows as they are when
+    redaction leaves all their evidence lines as they are."""
+    out: list[Window] = []
+    for i in range(0, len(windows), _REDACT_CHUNK):
+        chunk = windows[i : i + _REDACT_CHUNK]
+        read = [w.evidence_line()[4] for w in chunk if isinstance(w, ReadWindow)]
+        kept = bool(read) and redactor.keeps(read)
+        out += [
+            w if kept and isinstance(w, ReadWindow) else _redact_window(w, redactor) for w in chunk
+        ]
+    return out
+
+
 def _redact_window(w: Window, redactor: Redactor) -> Window:
     if isinstance(w, ReadWindow):
         text = w.evidence_line()[4]
@@ -508,7 +526,7 @@ def _judged(
     )
     redactor = Redactor(enabled=opts.redact)
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
-    windows = [_redact_window(w, redactor) for w in windows]
+    windows = _redact_windows(windows, redactor)
     notes.extend(visibility_notes(events, results, v, vis.reason, info.generation))
     if _late_rolled(vis, events):
         notes.append(_LATE_ROLLED)
