@@ -299,7 +299,7 @@ def judge(
     until: datetime | None,
 ) -> Judgement:
     """The one path from events to verdict and lever (analyze's and fleet's)."""
-    got = _judge(unfiltered, opts, since, until, (), {})
+    got = _judge(unfiltered, opts, since, until, [], {})
     # (only calm minutes and a late count over rollups make it give up: fleet judges
     # scrapes)
     assert isinstance(got, Judgement)
@@ -328,7 +328,7 @@ def _judge(
     opts: Options,
     since: datetime | None,
     until: datetime | None,
-    calm: Sequence[Placed],
+    calm: list[Placed],
     counted: Weights,
     again: bool = False,
 ) -> Judgement | Again:
@@ -467,13 +467,9 @@ def _judged(
     ]
     events = build_events(hits_by_source, opts.time)
     del hits_by_source
-    calm: list[Placed] = []
-    for r in results:
-        placed = place(r.calm, r.hits, events, opts.window_seconds)
-        if placed is None:
-            return Again.CALM
-        calm += placed
-        r.hits, r.calm = [], []
+    calm = _placed(results, events, opts.window_seconds)
+    if calm is None:
+        return Again.CALM
     notes: list[str] = rotation_notes(events)
     events = attach_system_sources(events, notes)
     store: tuple[str, int] | None = None  # (shown URL, replicas) of a store read
@@ -570,6 +566,22 @@ def _judged(
         )
     )
     return Outcome(report=report, exit_code=exit_code(v, opts), events=tuple(events))
+
+
+def _placed(
+    results: Sequence[ScanResult], events: Sequence[Event], seconds: int
+) -> list[Placed] | None:
+    """Every file's calm minutes on the timeline (calm.place), the scan's hits and
+    rows let go; None when one cannot be placed. (The one list holds them: calm
+    windows empties it as it reads their frames.)"""
+    calm: list[Placed] = []
+    for r in results:
+        placed = place(r.calm, r.hits, events, seconds)
+        if placed is None:
+            return None
+        calm += placed
+        r.hits, r.calm = [], []
+    return calm
 
 
 def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None, datetime | None]:

@@ -284,11 +284,13 @@ Judged = Callable[[str, datetime, datetime, int, float | None], tuple[Confidence
 
 
 def windows(
-    placed: Sequence[Placed], others: Sequence[Window], seconds: int, judged: Judged
+    placed: list[Placed], others: Sequence[Window], seconds: int, judged: Judged
 ) -> list[Window] | None:
     """The calm minutes' windows, classified (`judged`), merged into `others`: the
     events' windows (build_windows' order: by replica, then start, undated last);
-    None when a calm window would share its replica and start with one of them."""
+    None when a calm window would share its replica and start with one of them.
+    Empties `placed` once it has the minutes: a frame of rows goes as soon as it
+    is read (a month of them is ~24 MiB, and its windows hold what they need)."""
     if not placed:
         return list(others)
     groups: dict[tuple[str, int], list[Placed]] = {}
@@ -297,16 +299,20 @@ def windows(
     taken = {(w.replica, _epoch(w.start)) for w in others}
     if not taken.isdisjoint(groups):
         return None
+    placed.clear()
     # Each row is read once, frame by frame: a window of one minute is made as its row
     # comes by, the rows of a window of several are kept until it is made.
     where: dict[int, tuple[CalmRows, dict[int, tuple[tuple[str, int], Placed, bool]]]] = {}
     for key, ps in groups.items():
         for p in ps:
             where.setdefault(id(p.rows), (p.rows, {}))[1][p.k] = (key, p, len(ps) == 1)
+    several = {key: ps for key, ps in groups.items() if len(ps) > 1}
+    del groups
     made: dict[tuple[str, int], Window] = {}
     kept: dict[tuple[int, int], tuple[Any, ...]] = {}
-    for r, wanted in where.values():
-        # (what a calm window reads of its rows, without their frame: it goes after)
+    while where:
+        _, (r, wanted) = where.popitem()
+        # (what a calm window reads of its rows, without their frame: it goes now)
         bare, keep = replace(r, frame=None), keeps(r)
         for i, row in enumerate(r.frame.iter_rows()):
             got = wanted.get(i)
@@ -317,9 +323,8 @@ def windows(
                 made[key] = CalmWindow.of(key, bare, p.ts, row, keep, seconds, judged)
             else:
                 kept[id(r), i] = row
-    for key, ps in groups.items():
-        if len(ps) > 1:
-            made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds, judged)
+    for key, ps in several.items():
+        made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds, judged)
     calm = [made[key] for key in sorted(made)]
     return list(heapq.merge(others, calm, key=_order))
 
