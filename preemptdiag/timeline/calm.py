@@ -6,9 +6,11 @@ numbers (records.CalmRows, a frame a block); here each gets its time and replica
 the hit before it in its file (its anchor: the lane makes the first segment of every
 clock a hit), and the minutes of one window become that window, as build_windows
 aggregates their lines, classified as it is made (the rules find it healthy: PD110,
-window_rules.healthy_calm). Its row is read once, then; a CalmMinute is made only for
-a window of several minutes. Everything after sees the windows, and the minutes' lines
-where it counts lines (detect_engine).
+window_rules.healthy_calm). Its row is read once, then, and its frame let go: the
+window of one minute (the usual) is a CalmWindow, which keeps what it needs of the row
+and makes its evidence event only when it is read (records.ReadWindow); a CalmMinute
+and a Window are made for a window of several minutes. Everything after sees the
+windows, and the minutes' lines where it counts lines (detect_engine).
 
 Exact, or not used: `place` gives None, and analyze scans again without calm minutes,
 when a minute has no anchor of its clock before it, when its anchor was not timed from
@@ -132,11 +134,11 @@ def _clock(r: CalmRows, row: tuple[Any, ...]) -> tuple[str, str]:
     return ("w" if r.sglang else "e", row[_DAY])
 
 
-def _fields(r: CalmRows, row: tuple[Any, ...]) -> dict[str, FieldValue]:
-    """The peak line's fields, as the scan's Builder gives them (constants first)."""
+def _fields(r: CalmRows, values: tuple[Any, ...]) -> dict[str, FieldValue]:
+    """The peak line's fields (its `values`, in r.fields' order), as the scan's Builder
+    gives them (constants first)."""
     out: dict[str, FieldValue] = dict(r.constants)
-    for name, value in zip(r.fields, row[_FIELDS:], strict=True):
-        out[name] = value
+    out.update(zip(r.fields, values, strict=True))
     return out
 
 
@@ -147,23 +149,45 @@ def _text(row: tuple[Any, ...]) -> str:
 
 def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
     """The hit the scan makes of the minute's peak line (lane._hit)."""
-    stamp_text = row[_PEAK_STAMP]
+    return _peak_hit(
+        r,
+        row[_PEAK_LINE],
+        row[_FIELDS:],
+        _text(row),
+        row[_PEAK_STAMP],
+        row[_PEAK_PROC],
+        row[_PEAK_POS],
+    )
+
+
+def _peak_hit(
+    r: CalmRows,
+    line: int,
+    values: tuple[Any, ...],
+    text: str,
+    stamp: str | None,
+    proc: str | None,
+    pos: int,
+) -> Hit:
+    """The hit of a calm minute's peak line from its parts (its stamp, None when
+    only its event is wanted: the event is timed by its minute, not by the stamp)."""
+    wrapper = WrapperStamp("sql", stamp) if r.sglang and stamp is not None else None
     return Hit(
         r.source,
-        row[_PEAK_LINE],
+        line,
         r.sig,
         r.kind,
-        _fields(r, row),
-        _text(row),
-        WrapperStamp("sql", stamp_text) if r.sglang else None,
-        None if r.sglang else stamp_text,
-        row[_PEAK_PROC],
+        _fields(r, values),
+        text,
+        wrapper,
+        None if r.sglang else stamp,
+        proc,
         1,
         None,
         None,
         None,
         r.engine,
-        row[_PEAK_POS],
+        pos,
     )
 
 
@@ -518,26 +542,9 @@ class CalmWindow(ReadWindow):
 
     @property
     def evidence(self) -> tuple[Event, ...]:
-        # (as _peak's hit makes it; its stamps are not the event's: ts is)
-        r, v = self._rows, self._v
-        fields: dict[str, FieldValue] = dict(r.constants)
-        fields.update(zip(r.fields, v[_K_FIELDS:], strict=True))
-        h = Hit(
-            r.source,
-            v[_K_LINE],
-            r.sig,
-            r.kind,
-            fields,
-            self._text,
-            None,
-            None,
-            v[_K_PROC],
-            1,
-            None,
-            None,
-            None,
-            r.engine,
-            v[_K_POS],
+        v = self._v
+        h = _peak_hit(
+            self._rows, v[_K_LINE], v[_K_FIELDS:], self._text, None, v[_K_PROC], v[_K_POS]
         )
         return (stamp_event(h, self._ts, self._replica),)
 
