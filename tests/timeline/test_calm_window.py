@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import fields, is_dataclass, replace
 from datetime import datetime
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from test_calm import _assert_same, _day, _write
 
+import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
@@ -27,6 +29,7 @@ from preemptdiag.model.records import ReadWindow, Window
 from preemptdiag.render.json_format import window_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
+from preemptdiag.timeline import calm
 from preemptdiag.timeline.calm import CalmWindow
 from preemptdiag.timeline.events import TimeContext
 
@@ -154,3 +157,26 @@ def test_a_replica_name_with_escapes_is_cleaned_as_without_calm_minutes(
     assert spy.placed > 30 and not spy.gave_up
     out = log.with_suffix(".True.json").read_text(encoding="utf-8")
     assert out.count('ab\\ufffdc.log"') > 60 and "\x1b" not in out and "\x01" not in out
+
+
+def test_each_frame_of_calm_rows_goes_once_its_windows_are_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a month's frames are ~24 MiB: a list left holding them kept them to the end)
+    log = _write(tmp_path / "hour.log", list(_day(5, datetime(2026, 6, 3), 1.0)))
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 14)
+    frames: list[weakref.ref[Any]] = []
+    alive: list[int] = []
+    real = calm.windows
+
+    def spy(placed: list[Any], *args: Any) -> Any:
+        frames.extend(weakref.ref(p.rows.frame) for p in placed)
+        got = real(placed, *args)
+        alive.append(sum(f() is not None for f in frames))
+        return got
+
+    monkeypatch.setattr(analyze, "calm_windows", spy)
+    windows = _windows(log, True)
+    assert len({id(f) for f in frames}) > 1 and alive == [0]
+    assert len(_calm(list(windows))) > 30
