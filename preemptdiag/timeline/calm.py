@@ -334,6 +334,9 @@ def windows(
     del groups
     made: dict[tuple[str, int], Window] = {}
     kept: dict[tuple[int, int], tuple[Any, ...]] = {}
+    whys: dict[str, str] = {}
+    # (a window's end is the next one's start, one object: 48 bytes a window)
+    last_at, last_end = -1, _EPOCH
     while where:
         _, (r, wanted) = where.popitem()
         # (what a calm window reads of its rows, without their frame: it goes now)
@@ -344,7 +347,11 @@ def windows(
                 continue
             key, p, alone = got
             if alone:
-                made[key] = CalmWindow.of(key, bare, p.ts, row, keep, seconds, judged)
+                replica, wstart = key
+                start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
+                end = start + timedelta(seconds=seconds)
+                last_at, last_end = wstart + seconds, end
+                made[key] = CalmWindow.of(replica, start, end, bare, p.ts, row, keep, judged, whys)
             else:
                 kept[id(r), i] = row
     for key, ps in several.items():
@@ -439,20 +446,21 @@ class CalmWindow(ReadWindow):
     @classmethod
     def of(
         cls,
-        key: tuple[str, int],
+        replica: str,
+        start: datetime,
+        end: datetime,
         rows: CalmRows,
         ts: datetime,
         row: tuple[Any, ...],
         keep: Callable[[tuple[Any, ...]], tuple[Any, ...]],
-        seconds: int,
         judged: Judged,
+        whys: dict[str, str],
     ) -> CalmWindow:
-        """The window `key` (replica, start) of the minute `row` of `rows`, whose
-        first line is at `ts`; `keep`: keeps(rows)."""
-        replica, wstart = key
-        start = datetime.fromtimestamp(wstart, tz=UTC)
-        end = start + timedelta(seconds=seconds)
+        """The window of `replica` from `start` to `end` of the minute `row` of
+        `rows`, whose first line is at `ts`; `keep`: keeps(rows); `whys`: the texts
+        of why seen, each kept once (a month's windows say a few hundred)."""
         confidence, why = judged(replica, start, end, row[_N], row[_MAXES + _KV])
+        why = whys.setdefault(why, why)
         self = object.__new__(cls)
         for name, value in (
             ("_rows", rows),
