@@ -279,7 +279,8 @@ class ReadWindow(Window):
         return Window(*args[1:], **kwargs)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return Window, tuple(getattr(self, f) for f in Window.__dataclass_fields__)
+        assert _window_values is not None
+        return Window, _window_values(self)
 
     def texts(self) -> list[str] | None:
         """Every string the window holds, its evidence event's included (its fields'
@@ -293,6 +294,10 @@ class ReadWindow(Window):
     def evidence_field(self, name: str) -> FieldValue:
         """The value of field `name` of its one evidence event (None if it has none)."""
         raise NotImplementedError
+
+
+# (every field of Window is a positional __init__ parameter)
+_window_values = positional(Window)
 
 
 @dataclass(frozen=True, slots=True)
