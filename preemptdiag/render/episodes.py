@@ -47,6 +47,23 @@ def in_episode(w: Window, v: Verdict) -> bool:
     return utc(v.start) <= start and (v.end is None or start <= utc(v.end))
 
 
+def _in_episode(ws: Sequence[Window], v: Verdict) -> list[bool]:
+    """[in_episode(w, v) for w in ws], the verdict's times converted once (a month of
+    windows: ~0.1 s less)."""
+    if v.start is None:
+        return [False] * len(ws)
+    cls, replica, first = v.cls, v.replica, utc(v.start)
+    last = None if v.end is None else utc(v.end)
+    return [
+        w.cls == cls
+        and (not replica or w.replica == replica)
+        and (start := w.start) is not None
+        and first <= (start := utc(start))
+        and (last is None or start <= last)
+        for w in ws
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Episode:
     """A run of consecutive windows of one replica and one class, with its peaks.
@@ -120,7 +137,7 @@ def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
-    mine = [in_episode(w, v) for w in ws]
+    mine = _in_episode(ws, v)
     out: list[Episode] = []
     i = 0
     while i < len(ws):

@@ -26,7 +26,7 @@ import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
 from preemptdiag.model.records import ReadWindow, Window
-from preemptdiag.render.json_format import window_json
+from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
 from preemptdiag.timeline import calm
@@ -98,6 +98,16 @@ def test_what_it_reads_without_making_its_event(pair: tuple[list[Window], list[W
         texts = w.texts()
         assert texts is not None
         assert set(_strings(_plain(w))) <= set(texts)
+
+
+def test_a_run_of_them_is_written_as_their_plain_windows(
+    pair: tuple[list[Window], list[Window]],
+) -> None:
+    on, off = pair
+    assert windows_json(on, "    ") == [window_json(w, "    ") for w in off]
+    w = _with_text(_calm(on)[0], "Engine 000: \x1b]0;title\x07 {braces} \u202e")
+    run = [w, *_calm(on)[1:4]]
+    assert windows_json(run) == [window_json(_plain(x)) for x in run]
 
 
 def test_a_copy_of_one_is_a_plain_window(pair: tuple[list[Window], list[Window]]) -> None:
