@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from test_equivalence import _bench_generator
 
+import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.parallel as parallel
 from preemptdiag.commands.analyze import scan_sources
 from preemptdiag.ingest.sources import Source, open_source
@@ -48,18 +49,34 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def test_the_parent_imports_polars_while_it_waits_only_for_dense_files(
-    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("name", "small_table", "wanted"),
+    [
+        ("sparse", 100, []),
+        ("dense", 100, [True]),
+        # (as many hits as windows.py aggregates in Python: polars is not needed)
+        ("dense", 100_000, []),
+    ],
+)
+def test_the_parent_imports_polars_while_it_waits_only_for_many_hits_of_dense_files(
+    logs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    small_table: int,
+    wanted: list[bool],
 ) -> None:
     # A sparse log's few events are aggregated in Python (windows.SMALL_TABLE): polars
-    # imported meanwhile was ~0.3 s of CPU and ~47 MiB for nothing (a GiB of requests).
+    # imported meanwhile was ~0.3 s of CPU and ~47 MiB for nothing (a GiB of requests);
+    # a dense log's, once the workers' results hold more hits than that, and once.
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 100_000)
-    for name, wanted in (("sparse", []), ("dense", [True])):
-        src = open_source(str(logs[name]))
-        assert parallel.plan([src], 2, FINDER)  # cut into ranges for two workers
-        preloaded: list[bool] = []
-        scan_sources([src], MATCHER, 2, preload=partial(preloaded.append, True))
-        assert preloaded == wanted, name
+    monkeypatch.setattr(analyze, "SMALL_TABLE", small_table)
+    src = open_source(str(logs[name]))
+    assert parallel.plan([src], 2, FINDER)  # cut into ranges for two workers
+    preloaded: list[bool] = []
+    done = scan_sources([src], MATCHER, 2, preload=partial(preloaded.append, True))
+    if name == "dense":
+        assert 100 < len(done[0].hits) < 100_000  # (so the bar decides)
+    assert preloaded == wanted
 
 
 def test_dense_files_split_from_a_few_mib(
@@ -148,6 +165,7 @@ def test_many_files_on_two_jobs_match_one_process(
     assert {i for i, r in tasks if r is None} == {0, 1}
     assert {i for i, r in tasks if r is not None} == {2, 3}
     preloaded: list[bool] = []
+    monkeypatch.setattr(analyze, "SMALL_TABLE", 0)  # (any hit: polars is wanted)
     # Without rollups: a range boundary cuts a stream-minute in two (windows add the
     # halves up; tests/test_rollup.py holds those reports equal), so hits differ there.
     two = scan_sources(srcs, MATCHER, 2, preload=lambda: preloaded.append(True))
@@ -239,16 +257,20 @@ def _rotating_run(
             time.sleep(0.01)
         return real(*args, **kwargs)
 
-    def rotate_then_go() -> None:
+    real_wait = parallel._wait_all
+
+    def rotate_then_wait(*args: Any) -> None:  # in the parent, the workers forked
         rotate()
         go.touch()
+        real_wait(*args)
 
     monkeypatch.setattr(parallel, "scan_fast", after_rotation)
+    monkeypatch.setattr(parallel, "_wait_all", rotate_then_wait)
     monkeypatch.setattr(parallel, "DENSE_MIN_BYTES", 100_000)
     src = open_source(str(path))
     assert parallel.plan([src], 2, FINDER)  # cut into ranges for two workers
     # Rollups off: a range boundary cuts a stream-minute in two, so hits differ there.
-    return scan_sources([src], MATCHER, 2, preload=rotate_then_go)
+    return scan_sources([src], MATCHER, 2)
 
 
 def test_log_renamed_and_recreated_during_jobs_2_is_read_as_the_file_opened(

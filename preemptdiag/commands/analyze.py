@@ -72,7 +72,7 @@ from preemptdiag.timeline.scrapes import (
     scrape_events,
     scrape_note,
 )
-from preemptdiag.timeline.windows import build_windows
+from preemptdiag.timeline.windows import SMALL_TABLE, build_windows
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -134,7 +134,9 @@ def scan_sources(
         start = partial(progress, size) if progress and size else None
         # (a sparse log's few events are aggregated in Python, windows.SMALL_TABLE:
         # polars imported for them cost a GiB of request logging ~0.3 s of CPU and
-        # ~47 MiB, measured with --jobs 2)
+        # ~47 MiB, measured with --jobs 2; so are a dense log's once its calm
+        # minutes, which need no polars here, are not among them: ~30 MiB of a
+        # month's stats lines)
         busy = any(dense(sources[i].head, matcher.finder()) for i in split)
         done = scan_parallel(
             sources,
@@ -142,7 +144,7 @@ def scan_sources(
             matcher,
             jobs,
             start,
-            preload if busy else None,
+            partial(_preload_past, preload) if busy and preload is not None else None,
             max_hits,
             rollup,
             calm_kv,
@@ -180,6 +182,15 @@ def _check_limit(
         kept += done[i].held if i in done else 0
         if kept > max_hits:
             raise too_many(src.name, max_hits)
+
+
+def _preload_past(preload: Callable[[], None], hits: int) -> bool:
+    """`preload`, once the workers' results hold more hits than windows.py aggregates
+    without polars; whether it ran."""
+    if hits <= SMALL_TABLE:
+        return False
+    preload()
+    return True
 
 
 def _import_polars() -> None:

@@ -39,8 +39,9 @@ place. tests/test_lane.py holds the two ways to identical hits.
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,6 +51,7 @@ from preemptdiag.model.records import (
     CALM_COLUMNS,
     CALM_MEANS,
     CalmRows,
+    Columns,
     FieldValue,
     Hit,
     Kind,
@@ -994,8 +996,41 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         ]
     )
     return CalmRows(
-        source, sig.id, sig.kind, sig.engine, sig.constants, tuple(sig.fields), sglang, frame
+        source,
+        sig.id,
+        sig.kind,
+        sig.engine,
+        sig.constants,
+        tuple(sig.fields),
+        sglang,
+        plain_columns(frame),
     )
+
+
+def plain_columns(frame: pl.DataFrame) -> Columns:
+    """`frame` as records.Columns: a column of floats or of 64-bit-safe integers with
+    no null an array of them, any other its to_list, with equal strings one object
+    (a day, a process name, `GPU` on every row: ~7 MiB of a month's, and pickled once)."""
+    import polars as pl
+
+    data: list[Sequence[Any]] = []
+    for col in frame.get_columns():
+        values = col.to_list()
+        dtype = col.dtype
+        code = (
+            "d"
+            if dtype == pl.Float64
+            else "q"
+            if dtype.is_integer() and dtype != pl.UInt64  # (one past int64 would not fit)
+            else None
+        )
+        if code is not None and not col.null_count():
+            data.append(array(code, values))
+        elif dtype == pl.Utf8 and col.n_unique() * 2 <= len(col):
+            data.append(_shared(values))
+        else:
+            data.append(values)
+    return Columns(tuple(frame.columns), tuple(data))
 
 
 def _two_digits(text: pl.Series, start: int) -> pl.Series:

@@ -11,8 +11,9 @@ Hyperscan compile) and send back only their hits.
 The pool takes tasks: a byte range of a big plain file, or a whole file that cannot
 be cut at byte offsets (compressed, CR-only line ends) or is not worth cutting. So
 ten rotated `.gz` files, or thirty 20 MB logs, use every core too. While the workers
-scan, the parent has nothing to do but wait, so it runs `while_waiting` (analyze
-imports polars there) and draws the progress bar from a shared byte counter.
+scan, the parent has nothing to do but wait, so it runs `while_waiting` as results
+come in (analyze imports polars there when they hold more hits than Python
+aggregates) and draws the progress bar from a shared byte counter.
 """
 
 from __future__ import annotations
@@ -140,16 +141,16 @@ def _wait_all(
     futures: Sequence[Any],
     counter: Any,
     start_progress: Callable[[], ProgressFn | None] | None,
-    while_waiting: Callable[[], None] | None,
+    while_waiting: Callable[[int], bool] | None,
 ) -> None:
-    """Wait for the workers, drawing progress; stop at the first failure."""
+    """Wait for the workers, drawing progress; stop at the first failure. Each time
+    results come in, `while_waiting` is told how many hits they hold so far, until
+    it answers that it has done its work."""
     from concurrent.futures import FIRST_EXCEPTION, wait
 
     # Only now, with the children forked: a progress bar runs a thread.
     progress = start_progress() if start_progress is not None else None
-    if while_waiting is not None:
-        while_waiting()
-    reported = 0
+    reported = hits = 0
     pending = set(futures)
     while pending:
         _done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
@@ -160,6 +161,10 @@ def _wait_all(
             for f in pending:
                 f.cancel()  # tasks not started yet; running ones finish
             break
+        if while_waiting is not None and _done:
+            hits += sum(len(f.result().hits) for f in _done)
+            if while_waiting(hits):
+                while_waiting = None
 
 
 def _stop_now(pool: Any) -> None:
@@ -209,7 +214,7 @@ def scan_parallel(
     matcher: Matcher,
     jobs: int,
     start_progress: Callable[[], ProgressFn | None] | None = None,
-    while_waiting: Callable[[], None] | None = None,
+    while_waiting: Callable[[int], bool] | None = None,
     max_hits: int | None = None,
     rollup: bool = False,
     calm_kv: float | None = None,
@@ -268,7 +273,7 @@ def _run(
     jobs: int,
     ctx: Any,
     start_progress: Callable[[], ProgressFn | None] | None,
-    while_waiting: Callable[[], None] | None,
+    while_waiting: Callable[[int], bool] | None,
     held: SharedCounts,
     max_hits: int | None,
 ) -> dict[int, ScanResult]:
@@ -326,10 +331,9 @@ def _calm_shifted(rows: CalmRows, offset: int) -> CalmRows:
     """`rows` with their line numbers counted from the file start."""
     if offset == 0:
         return rows
-    import polars as pl
-
+    assert rows.frame is not None
     lines = ("first_line", "last_line", "peak_line")
-    return dataclasses.replace(rows, frame=rows.frame.with_columns(pl.col(lines) + offset))
+    return dataclasses.replace(rows, frame=rows.frame.shifted(lines, offset))
 
 
 def merge(name: str, parts: list[ScanResult]) -> ScanResult:

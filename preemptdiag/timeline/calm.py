@@ -31,7 +31,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
 from preemptdiag.model.records import (
@@ -40,6 +39,7 @@ from preemptdiag.model.records import (
     CalmMinute,
     CalmRows,
     Class,
+    Columns,
     Confidence,
     Event,
     FieldValue,
@@ -215,8 +215,9 @@ def place(
     out: list[Placed] = []
     for r in calm:
         kind = "w" if r.sglang else "e"
-        cols = r.frame.select("first_line", "day", "hour", "minute", "first_second", "n")
-        for i, (line, day, hour, minute, second, n) in enumerate(cols.iter_rows()):
+        assert r.frame is not None
+        cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second", "n")
+        for i, (line, day, hour, minute, second, n) in enumerate(cols):
             k = bisect_left(lines, line)
             if not k:
                 return None
@@ -280,9 +281,9 @@ def _reads(r: CalmRows) -> list[tuple[tuple[str, FieldValue], ...]]:
     names = [k for k in ("engine", "generation") if k in r.fields or k in r.constants]
     if not any(k in r.fields for k in names):
         return [tuple((k, r.constants[k]) for k in names)]
+    assert r.frame is not None
     columns = [
-        r.frame.get_column(f"f_{k}").to_list() if k in r.fields else [r.constants[k]] * r.height
-        for k in names
+        r.frame.column(f"f_{k}") if k in r.fields else [r.constants[k]] * r.height for k in names
     ]
     reads = [tuple(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
     # (two rows at least: one read is taken as the same for all)
@@ -339,21 +340,22 @@ def windows(
     last_at, last_end = -1, _EPOCH
     while where:
         _, (r, wanted) = where.popitem()
-        # (what a calm window reads of its rows, without their frame: it goes now)
-        bare, keep = replace(r, frame=None), keeps(r)
-        for i, row in enumerate(r.frame.iter_rows()):
-            got = wanted.get(i)
-            if got is None:
-                continue
-            key, p, alone = got
+        # (what a calm window reads of its rows: the columns it keeps, without the
+        # rest of the frame, which goes now)
+        frame = r.frame
+        assert frame is not None
+        bare, columns = replace(r, frame=None), keeps(r)
+        for i, (key, p, alone) in sorted(wanted.items()):
             if alone:
                 replica, wstart = key
                 start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
                 end = start + timedelta(seconds=seconds)
                 last_at, last_end = wstart + seconds, end
-                made[key] = CalmWindow.of(replica, start, end, bare, p.ts, row, keep, judged, whys)
+                made[key] = CalmWindow.of(
+                    replica, start, end, bare, p.ts, frame, i, columns, judged, whys
+                )
             else:
-                kept[id(r), i] = row
+                kept[id(r), i] = tuple(column[i] for column in frame.data)
     for key, ps in several.items():
         made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds, judged)
     calm = [made[key] for key in sorted(made)]
@@ -419,9 +421,13 @@ _K_KV_MEAN, _K_RUNNING_MEAN, _K_PROMPT, _K_GEN = range(8, 12)  # (CALM_MEANS' or
 _K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(12, 16)
 
 
-def keeps(r: CalmRows) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """What a CalmWindow of `r`'s rows keeps of a row (_KEPT, then its fields)."""
-    return itemgetter(*_KEPT, *range(_FIELDS, _FIELDS + len(r.fields)))
+def keeps(r: CalmRows) -> tuple[Sequence[Any], ...]:
+    """The columns of `r`'s frame the CalmWindows of its rows read (_KEPT, then the
+    peak line's fields): shared by them, 8 bytes a value in an array, where a tuple of
+    its row's values a window was ~0.5 KB."""
+    assert r.frame is not None
+    data = r.frame.data
+    return tuple(data[j] for j in (*_KEPT, *range(_FIELDS, _FIELDS + len(r.fields))))
 
 
 class CalmWindow(ReadWindow):
@@ -432,9 +438,21 @@ class CalmWindow(ReadWindow):
     replica, peak line's time and text and what the rules make of it (confidence,
     why) are held."""
 
-    __slots__ = ("_confidence", "_end", "_replica", "_rows", "_start", "_text", "_ts", "_v", "_why")
+    __slots__ = (
+        "_c",
+        "_confidence",
+        "_end",
+        "_i",
+        "_replica",
+        "_rows",
+        "_start",
+        "_text",
+        "_ts",
+        "_why",
+    )
     _rows: CalmRows  # (without its frame)
-    _v: tuple[Any, ...]  # _KEPT of the row, then the peak line's fields
+    _c: tuple[Sequence[Any], ...]  # keeps(): _KEPT's columns, then the peak line's fields
+    _i: int  # its row in them
     _replica: str
     _start: datetime
     _end: datetime
@@ -451,30 +469,42 @@ class CalmWindow(ReadWindow):
         end: datetime,
         rows: CalmRows,
         ts: datetime,
-        row: tuple[Any, ...],
-        keep: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+        frame: Columns,
+        i: int,
+        columns: tuple[Sequence[Any], ...],
         judged: Judged,
         whys: dict[str, str],
     ) -> CalmWindow:
-        """The window of `replica` from `start` to `end` of the minute `row` of
-        `rows`, whose first line is at `ts`; `keep`: keeps(rows); `whys`: the texts
-        of why seen, each kept once (a month's windows say a few hundred)."""
-        confidence, why = judged(replica, start, end, row[_N], row[_MAXES + _KV])
+        """The window of `replica` from `start` to `end` of the minute in row `i` of
+        `frame` (the frame of `rows`, which are given without it), whose first line
+        is at `ts`; `columns`: keeps(rows); `whys`: the texts of why seen, each kept
+        once (a month's windows say a few hundred)."""
+        data = frame.data
+        confidence, why = judged(replica, start, end, data[_N][i], data[_MAXES + _KV][i])
         why = whys.setdefault(why, why)
         self = object.__new__(cls)
         for name, value in (
             ("_rows", rows),
-            ("_v", keep(row)),
+            ("_c", columns),
+            ("_i", i),
             ("_replica", replica),
             ("_start", start),
             ("_end", end),
-            ("_ts", ts.replace(second=row[_PEAK_SECOND])),
-            ("_text", _text(row)),
+            ("_ts", ts.replace(second=data[_PEAK_SECOND][i])),
+            ("_text", cut(data[_PEAK_TEXT][i][: MAX_EVIDENCE_CHARS + 1])),
             ("_confidence", confidence),
             ("_why", why),
         ):
             object.__setattr__(self, name, value)
         return self
+
+    def _v(self, k: int) -> Any:
+        return self._c[k][self._i]
+
+    def _values(self) -> tuple[Any, ...]:
+        """The peak line's fields' values, in its rows' fields' order."""
+        i = self._i
+        return tuple(column[i] for column in self._c[_K_FIELDS:])
 
     @property
     def replica(self) -> str:
@@ -498,80 +528,79 @@ class CalmWindow(ReadWindow):
 
     @property
     def n_events(self) -> int:
-        return int(self._v[_K_N])
+        return int(self._c[_K_N][self._i])
 
     @property
     def n_stats(self) -> int:
-        return int(self._v[_K_N])
+        return int(self._c[_K_N][self._i])
 
     @property
     def kv_max(self) -> float | None:
-        return self._v[_K_KV]  # type: ignore[no-any-return]
+        return self._c[_K_KV][self._i]  # type: ignore[no-any-return]
 
     @property
     def kv_mean(self) -> float | None:
-        return self._v[_K_KV_MEAN]  # type: ignore[no-any-return]
+        return self._c[_K_KV_MEAN][self._i]  # type: ignore[no-any-return]
 
     @property
     def running_max(self) -> int | None:
-        running = self._v[_K_RUNNING]
+        running = self._c[_K_RUNNING][self._i]
         return None if running is None else int(running)
 
     @property
     def running_mean(self) -> float | None:
-        return self._v[_K_RUNNING_MEAN]  # type: ignore[no-any-return]
+        return self._c[_K_RUNNING_MEAN][self._i]  # type: ignore[no-any-return]
 
     @property
     def swapped_first(self) -> int | None:
-        return self._v[_K_SWAPPED_FIRST]  # type: ignore[no-any-return]
+        return self._c[_K_SWAPPED_FIRST][self._i]  # type: ignore[no-any-return]
 
     @property
     def swapped_last(self) -> int | None:
-        return self._v[_K_SWAPPED_LAST]  # type: ignore[no-any-return]
+        return self._c[_K_SWAPPED_LAST][self._i]  # type: ignore[no-any-return]
 
     @property
     def swapped_max(self) -> int | None:
-        swapped = self._v[_K_SWAPPED]
+        swapped = self._c[_K_SWAPPED][self._i]
         return None if swapped is None else int(swapped)
 
     @property
     def prompt_tput(self) -> float | None:
-        return self._v[_K_PROMPT]  # type: ignore[no-any-return]
+        return self._c[_K_PROMPT][self._i]  # type: ignore[no-any-return]
 
     @property
     def gen_tput(self) -> float | None:
-        return self._v[_K_GEN]  # type: ignore[no-any-return]
+        return self._c[_K_GEN][self._i]  # type: ignore[no-any-return]
 
     @property
     def kv_peak_running(self) -> int | None:
         # (as _window's: no peak line when the peak is not equal to itself, a NaN)
-        peak_kv = self._v[_K_PEAK_KV]
-        return self._v[_K_PEAK_RUNNING] if peak_kv == peak_kv else None
+        peak_kv = self._c[_K_PEAK_KV][self._i]
+        return self._c[_K_PEAK_RUNNING][self._i] if peak_kv == peak_kv else None
 
     @property
     def evidence(self) -> tuple[Event, ...]:
         v = self._v
         h = _peak_hit(
-            self._rows, v[_K_LINE], v[_K_FIELDS:], self._text, None, v[_K_PROC], v[_K_POS]
+            self._rows, v(_K_LINE), self._values(), self._text, None, v(_K_PROC), v(_K_POS)
         )
         return (stamp_event(h, self._ts, self._replica),)
 
     def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
         r = self._rows
-        return (r.source, self._v[_K_LINE], r.sig, r.kind, self._text, self._ts)
+        return (r.source, self._c[_K_LINE][self._i], r.sig, r.kind, self._text, self._ts)
 
     def evidence_field(self, name: str) -> FieldValue:
         r = self._rows
         if name in r.fields:  # (a field's value, not a constant of the same name)
-            return self._v[_K_FIELDS + r.fields.index(name)]  # type: ignore[no-any-return]
+            return self._c[_K_FIELDS + r.fields.index(name)][self._i]  # type: ignore[no-any-return]
         return r.constants.get(name)
 
     def texts(self) -> list[str] | None:
-        r, v = self._rows, self._v
-        values = v[_K_FIELDS:]
+        r, values = self._rows, self._values()
         if not _PLAIN.issuperset(map(type, values)):
             return None
-        proc = v[_K_PROC]
+        proc = self._c[_K_PROC][self._i]
         # (the fields' names and values: the constants and the fields, as evidence's)
         return [
             self._replica,

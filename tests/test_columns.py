@@ -1,0 +1,108 @@
+"""records.Columns: the calm minutes a --jobs worker sends, as plain Python columns
+(read without polars, so the parent never imports it), and lane.plain_columns, which
+makes them from the lane's polars frame."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import weakref
+from array import array
+from typing import Any
+
+import polars as pl
+import pytest
+
+from preemptdiag.model.records import Columns
+from preemptdiag.scan.lane import plain_columns
+
+
+def _table() -> Columns:
+    return Columns(
+        ("line", "kv", "text"),
+        (array("q", [10, 11, 12]), array("d", [1.5, -0.0, 3.0]), ["a", "b", "a"]),
+    )
+
+
+def test_its_rows_columns_and_height() -> None:
+    t = _table()
+    assert t.height == 3
+    assert list(t.rows()) == [(10, 1.5, "a"), (11, -0.0, "b"), (12, 3.0, "a")]
+    assert list(t.rows("text", "line")) == [("a", 10), ("b", 11), ("a", 12)]
+    assert t.column("kv") is t.data[1]
+    with pytest.raises(ValueError):
+        t.column("nope")
+    assert Columns((), ()).height == 0
+
+
+def test_shifted_adds_to_the_named_columns_only_and_keeps_them_arrays() -> None:
+    t = _table()
+    moved = t.shifted(("line",), 1000)
+    assert list(moved.column("line")) == [1010, 1011, 1012]
+    assert isinstance(moved.column("line"), array) and moved.column("line").typecode == "q"
+    assert moved.column("kv") is t.column("kv") and moved.column("text") is t.column("text")
+    assert list(t.column("line")) == [10, 11, 12]  # (the table itself is left as it was)
+    listed = Columns(("line",), ([1, 2],)).shifted(("line",), 5)
+    assert listed.column("line") == [6, 7]
+
+
+def test_it_pickles_as_arrays_and_can_be_watched_going() -> None:
+    t = _table()
+    back = pickle.loads(pickle.dumps(t))
+    assert back == t and isinstance(back.column("kv"), array)
+    ref = weakref.ref(back)
+    del back
+    assert ref() is None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same type; NaN is NaN, and -0.0 is not 0.0."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
+    return bool(a == b)
+
+
+@pytest.mark.parametrize(
+    ("series", "kind"),
+    [
+        (pl.Series([1.5, -0.0, float("nan"), float("inf")], dtype=pl.Float64), "d"),
+        (pl.Series([1, -2, 2**62], dtype=pl.Int64), "q"),
+        (pl.Series([3, 4, 5], dtype=pl.Int32), "q"),
+        (pl.Series([3, 4, 5], dtype=pl.UInt32), "q"),
+        (pl.Series([2**64 - 1, 1, 2], dtype=pl.UInt64), list),  # (past int64)
+        (pl.Series([1.0, None, 2.0], dtype=pl.Float64), list),  # (a gap: None, not NaN)
+        (pl.Series([1, None, 2], dtype=pl.Int64), list),
+        (pl.Series([None, None, None], dtype=pl.Float64), list),
+        (pl.Series([True, False, True], dtype=pl.Boolean), list),
+        (pl.Series(["GPU", "GPU", "CPU", "GPU"], dtype=pl.Utf8), list),
+        (pl.Series(["a line", "another", "a third"], dtype=pl.Utf8), list),
+        (pl.Series([1.0, 2.0], dtype=pl.Float32), list),
+    ],
+)
+def test_plain_columns_gives_what_to_list_gives(series: pl.Series, kind: Any) -> None:
+    got = plain_columns(pl.DataFrame({"c": series})).column("c")
+    if kind is list:
+        assert type(got) is list
+    else:
+        assert isinstance(got, array) and got.typecode == kind
+    want = series.to_list()
+    assert len(got) == len(want) and all(_same(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_plain_columns_makes_equal_strings_of_a_column_one_object() -> None:
+    frame = pl.DataFrame(
+        {
+            "device": ["GPU", "GPU", "CPU", "GPU"],
+            "text": ["line one", "line two", "line three", "line one"],
+        }
+    )
+    t = plain_columns(frame)
+    assert t.names == ("device", "text")
+    device = t.column("device")
+    assert device == ["GPU", "GPU", "CPU", "GPU"]
+    assert device[0] is device[1] is device[3]
+    assert t.column("text") == frame.get_column("text").to_list()
