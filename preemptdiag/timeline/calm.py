@@ -27,6 +27,7 @@ logs.
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -345,6 +346,7 @@ def windows(
         frame = r.frame
         assert frame is not None
         bare, columns = replace(r, frame=None), keeps(r)
+        texts = _texts_of(bare, columns)
         for i, (key, p, alone) in sorted(wanted.items()):
             if alone:
                 replica, wstart = key
@@ -352,7 +354,7 @@ def windows(
                 end = start + timedelta(seconds=seconds)
                 last_at, last_end = wstart + seconds, end
                 made[key] = CalmWindow.of(
-                    replica, start, end, bare, p.ts, frame, i, columns, judged, whys
+                    replica, start, end, bare, p.ts, frame, i, columns, texts, judged, whys
                 )
             else:
                 kept[id(r), i] = tuple(column[i] for column in frame.data)
@@ -443,6 +445,7 @@ class CalmWindow(ReadWindow):
         "_confidence",
         "_end",
         "_i",
+        "_m",
         "_replica",
         "_rows",
         "_start",
@@ -453,6 +456,7 @@ class CalmWindow(ReadWindow):
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps(): _KEPT's columns, then the peak line's fields
     _i: int  # its row in them
+    _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
     _replica: str
     _start: datetime
     _end: datetime
@@ -472,30 +476,31 @@ class CalmWindow(ReadWindow):
         frame: Columns,
         i: int,
         columns: tuple[Sequence[Any], ...],
+        texts: _Texts,
         judged: Judged,
         whys: dict[str, str],
     ) -> CalmWindow:
         """The window of `replica` from `start` to `end` of the minute in row `i` of
         `frame` (the frame of `rows`, which are given without it), whose first line
-        is at `ts`; `columns`: keeps(rows); `whys`: the texts of why seen, each kept
-        once (a month's windows say a few hundred)."""
+        is at `ts`; `columns`: keeps(rows); `texts`: _texts_of(rows, columns); `whys`:
+        the texts of why seen, each kept once (a month's windows say a few hundred)."""
         data = frame.data
         confidence, why = judged(replica, start, end, data[_N][i], data[_MAXES + _KV][i])
         why = whys.setdefault(why, why)
         self = object.__new__(cls)
-        for name, value in (
-            ("_rows", rows),
-            ("_c", columns),
-            ("_i", i),
-            ("_replica", replica),
-            ("_start", start),
-            ("_end", end),
-            ("_ts", ts.replace(second=data[_PEAK_SECOND][i])),
-            ("_text", cut(data[_PEAK_TEXT][i][: MAX_EVIDENCE_CHARS + 1])),
-            ("_confidence", confidence),
-            ("_why", why),
-        ):
-            object.__setattr__(self, name, value)
+        # (slot by slot, not a loop over (name, value) pairs made each call)
+        _set = object.__setattr__  # (Window is frozen)
+        _set(self, "_rows", rows)
+        _set(self, "_c", columns)
+        _set(self, "_m", texts)
+        _set(self, "_i", i)
+        _set(self, "_replica", replica)
+        _set(self, "_start", start)
+        _set(self, "_end", end)
+        _set(self, "_ts", ts.replace(second=data[_PEAK_SECOND][i]))
+        _set(self, "_text", cut(data[_PEAK_TEXT][i][: MAX_EVIDENCE_CHARS + 1]))
+        _set(self, "_confidence", confidence)
+        _set(self, "_why", why)
         return self
 
     def _v(self, k: int) -> Any:
@@ -597,24 +602,42 @@ class CalmWindow(ReadWindow):
         return r.constants.get(name)
 
     def texts(self) -> list[str] | None:
-        r, values = self._rows, self._values()
+        c, i = self._c, self._i
+        shared, lists = self._m
+        # (a field's column of numbers, an array, holds no str and nothing else)
+        values = [c[j][i] for j in lists]
         if not _PLAIN.issuperset(map(type, values)):
             return None
-        proc = self._c[_K_PROC][self._i]
-        # (the fields' names and values: the constants and the fields, as evidence's)
+        proc = c[_K_PROC][i]
         return [
             self._replica,
             self._why,
-            r.source,
-            r.sig,
             self._text,
             "" if proc is None else proc,
-            r.engine,
-            *r.constants,
-            *(c for c in r.constants.values() if type(c) is str),
-            *r.fields,
+            *shared,
             *(f for f in values if type(f) is str),
         ]
+
+
+def _texts_of(r: CalmRows, columns: tuple[Sequence[Any], ...]) -> _Texts:
+    """What every CalmWindow of `r`'s rows holds as text, and which of its kept
+    `columns` (keeps(r)) of the peak line's fields are lists, which may hold text (the
+    others are arrays of numbers): the texts of its evidence event are its source,
+    signature and engine, and its fields' names and values (the constants and the
+    fields, as evidence's)."""
+    shared = (
+        r.source,
+        r.sig,
+        r.engine,
+        *r.constants,
+        *(c for c in r.constants.values() if type(c) is str),
+        *r.fields,
+    )
+    lists = tuple(j for j in range(_K_FIELDS, len(columns)) if not isinstance(columns[j], array))
+    return shared, lists
+
+
+_Texts = tuple[tuple[str, ...], tuple[int, ...]]
 
 
 _PLAIN = frozenset((str, int, float, bool, type(None)))  # (what sanitise walks no further)
