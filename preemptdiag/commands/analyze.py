@@ -122,7 +122,8 @@ def scan_sources(
 ) -> list[ScanResult]:
     """Scan every source, in order. With several jobs and enough work the files go
     to forked processes (parallel.plan) and the parent runs `preload` meanwhile when
-    one of them is dense in signal lines; otherwise this process scans, with `preload`
+    one of them is dense in signal lines and their results hold more hits than
+    windows.py aggregates in Python; otherwise this process scans, with `preload`
     in a thread once a pipe has given PRELOAD_AFTER bytes (see _Later). More than
     `max_hits` hits in all is a DiagError naming the source that crossed it
     (limits.py)."""

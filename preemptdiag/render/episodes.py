@@ -37,19 +37,9 @@ PEAK_NEIGHBOURS = 1
 MAX_EPISODE_ROWS = 20  # per replica; the rest are counted in "omitted" rows
 
 
-def in_episode(w: Window, v: Verdict) -> bool:
-    """Does the window belong to the verdict's episode (same replica, class and span)?"""
-    if v.start is None or w.start is None or w.cls != v.cls:
-        return False
-    if v.replica and w.replica != v.replica:
-        return False
-    start = utc(w.start)
-    return utc(v.start) <= start and (v.end is None or start <= utc(v.end))
-
-
-def _in_episode(ws: Sequence[Window], v: Verdict) -> list[bool]:
-    """[in_episode(w, v) for w in ws], the verdict's times converted once (a month of
-    windows: ~0.1 s less)."""
+def in_episode(ws: Sequence[Window], v: Verdict) -> list[bool]:
+    """Which windows belong to the verdict's episode (same replica, class and span);
+    its times converted once, not once a window (a month of windows: ~0.1 s)."""
     if v.start is None:
         return [False] * len(ws)
     cls, replica, first = v.cls, v.replica, utc(v.start)
@@ -137,7 +127,7 @@ def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
-    mine = _in_episode(ws, v)
+    mine = in_episode(ws, v)
     out: list[Episode] = []
     i = 0
     while i < len(ws):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from test_renderers import thrash_report, win
 from preemptdiag.cli import main
 from preemptdiag.model.records import Class, Confidence, Report, Verdict
 from preemptdiag.render import Format, render
-from preemptdiag.render.episodes import TimelineMode
+from preemptdiag.render.episodes import TimelineMode, in_episode
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 6, 16, 21, 24, 0, tzinfo=UTC)
@@ -447,3 +447,35 @@ def test_incident_reports_show_the_verdicts_windows_in_full(
     for w in mine:
         assert re.search(rf"\| {w['start'][11:19]} \|(?: [^|]+ \|)? `{v['class']}` \|", timeline), w
     assert "omitted" not in timeline
+
+
+def _verdict(start: datetime | None, end: datetime | None, replica: str = "") -> Verdict:
+    return Verdict(
+        cls=Class.THRASH_LOOP,
+        confidence=Confidence.HIGH,
+        start=start,
+        end=end,
+        replica=replica,
+        why="",
+        evidence=(),
+    )
+
+
+def test_in_episode_same_class_replica_and_span_bounds_included_any_zone() -> None:
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    east = timezone(timedelta(hours=5))
+    ws = [
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=t0),  # the first
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=t0.astimezone(east)),
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=t0 + timedelta(minutes=2)),
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=t0 + timedelta(minutes=3)),
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=t0 - timedelta(minutes=1)),
+        make_window(0, replica="a", cls=Class.QUEUEING, start=t0 + timedelta(minutes=1)),
+        make_window(0, replica="b", cls=Class.THRASH_LOOP, start=t0 + timedelta(minutes=1)),
+        make_window(0, replica="a", cls=Class.THRASH_LOOP, start=None),
+    ]
+    until = t0 + timedelta(minutes=2)
+    assert in_episode(ws, _verdict(t0, until, "a")) == [True, True, True] + [False] * 5
+    # (no replica named: any replica's; no end: open-ended)
+    assert in_episode(ws, _verdict(t0, None)) == [True, True, True, True, False, False, True, False]
+    assert in_episode(ws, _verdict(None, until, "a")) == [False] * 8
