@@ -157,12 +157,16 @@ _WINDOW_MAKE: tuple[Callable[[Any], JSONValue] | None, ...] = tuple(
 _window_attrs: Callable[[Window], tuple[Any, ...]] = operator.attrgetter(*_WINDOW_ATTRS)
 
 
-def _window_values(w: Window) -> tuple[JSONValue, ...]:
+# (the positions whose value is made, and how: a third of them)
+_MADE = tuple((i, make) for i, make in enumerate(_WINDOW_MAKE) if make is not None)
+
+
+def _window_values(w: Window) -> list[JSONValue]:
     # (in _WINDOW_KEYS' order: window_dict and the windows' template share it)
-    return tuple(
-        v if make is None else make(v)
-        for make, v in zip(_WINDOW_MAKE, _window_attrs(w), strict=True)
-    )
+    values = list(_window_attrs(w))
+    for i, make in _MADE:
+        values[i] = make(values[i])
+    return values
 
 
 def window_dict(w: Window) -> dict[str, JSONValue]:

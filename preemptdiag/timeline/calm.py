@@ -143,9 +143,9 @@ def _fields(r: CalmRows, values: tuple[Any, ...]) -> dict[str, FieldValue]:
     return out
 
 
-def _text(row: tuple[Any, ...]) -> str:
+def _text(raw: str) -> str:
     """The peak line's text as its hit holds it (cut as the scan cuts evidence)."""
-    return cut(row[_PEAK_TEXT][: MAX_EVIDENCE_CHARS + 1])
+    return cut(raw[: MAX_EVIDENCE_CHARS + 1])
 
 
 def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
@@ -154,7 +154,7 @@ def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
         r,
         row[_PEAK_LINE],
         row[_FIELDS:],
-        _text(row),
+        _text(row[_PEAK_TEXT]),
         row[_PEAK_STAMP],
         row[_PEAK_PROC],
         row[_PEAK_POS],
@@ -498,13 +498,10 @@ class CalmWindow(ReadWindow):
         _set(self, "_start", start)
         _set(self, "_end", end)
         _set(self, "_ts", ts.replace(second=data[_PEAK_SECOND][i]))
-        _set(self, "_text", cut(data[_PEAK_TEXT][i][: MAX_EVIDENCE_CHARS + 1]))
+        _set(self, "_text", _text(data[_PEAK_TEXT][i]))
         _set(self, "_confidence", confidence)
         _set(self, "_why", why)
         return self
-
-    def _v(self, k: int) -> Any:
-        return self._c[k][self._i]
 
     def _values(self) -> tuple[Any, ...]:
         """The peak line's fields' values, in its rows' fields' order."""
@@ -585,9 +582,9 @@ class CalmWindow(ReadWindow):
 
     @property
     def evidence(self) -> tuple[Event, ...]:
-        v = self._v
+        c, i = self._c, self._i
         h = _peak_hit(
-            self._rows, v(_K_LINE), self._values(), self._text, None, v(_K_PROC), v(_K_POS)
+            self._rows, c[_K_LINE][i], self._values(), self._text, None, c[_K_PROC][i], c[_K_POS][i]
         )
         return (stamp_event(h, self._ts, self._replica),)
 
