@@ -43,6 +43,7 @@ import generate  # noqa: E402
 import preemptdiag.commands.analyze as analyze  # noqa: E402
 import preemptdiag.scan.bulk as bulk  # noqa: E402
 import preemptdiag.scan.lane as lane  # noqa: E402
+import preemptdiag.scan.lane_plain as lane_plain  # noqa: E402
 import preemptdiag.scan.passes as passes  # noqa: E402
 from preemptdiag.ingest.sources import open_source  # noqa: E402
 from preemptdiag.model.errors import DiagError  # noqa: E402
@@ -87,15 +88,28 @@ def make_input(seed: int, index: int) -> Input:
 
 
 @contextmanager
-def _scan_settings(block: int, after: int, lane_on: bool) -> Iterator[None]:
+def _scan_settings(block: int, after: int, lane_on: bool, plain: bool = True) -> Iterator[None]:
     """The scan's module settings for one way of scanning, restored after."""
-    saved = (passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED, lane.Lane.missed)
+    saved = (
+        passes.BLOCK_BYTES,
+        bulk.AFTER_LINES,
+        lane.ENABLED,
+        lane_plain.ENABLED,
+        lane.Lane.missed,
+    )
     passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED = block, after, lane_on
+    lane_plain.ENABLED = plain
     lane.Lane.missed = lambda self, block: None  # type: ignore[method-assign]
     try:
         yield
     finally:
-        passes.BLOCK_BYTES, bulk.AFTER_LINES, lane.ENABLED, lane.Lane.missed = saved  # type: ignore[method-assign]
+        (
+            passes.BLOCK_BYTES,
+            bulk.AFTER_LINES,
+            lane.ENABLED,
+            lane_plain.ENABLED,
+            lane.Lane.missed,  # type: ignore[method-assign]
+        ) = saved
 
 
 def _key(r: ScanResult) -> tuple[object, ...]:
@@ -106,6 +120,7 @@ def _key(r: ScanResult) -> tuple[object, ...]:
 class Tally:
     inputs: int = 0
     lane_blocks: int = 0  # blocks the lane took: what the run held to line by line
+    plain_blocks: int = 0  # of them, those lane_plain.py took (the polars lane: the rest)
     calm_minutes: int = 0  # calm minutes placed: what the calm reports were held to
     found: list[str] = field(default_factory=list)
 
@@ -113,23 +128,34 @@ class Tally:
 def differs(path: Path, block: int, matcher: Matcher, tally: Tally) -> str | None:
     """Which way of scanning `path` differs from one line at a time; None if none."""
     results = {}
-    real = lane.try_block
+    real, real_plain = lane.try_block, lane_plain.take
 
     def counted(*args: Any) -> int | None:
         got = real(*args)
         tally.lane_blocks += got is not None
         return got
 
-    for name, after, lane_on in (("line", 10**9, False), ("bulk", 0, False), ("lane", 0, True)):
-        lane.try_block = counted
-        with _scan_settings(block, after, lane_on):
+    def plain(*args: Any) -> bool | None:
+        got = real_plain(*args)
+        tally.plain_blocks += got is True
+        return got
+
+    ways = (
+        ("line", 10**9, False, True),
+        ("bulk", 0, False, True),
+        ("lane", 0, True, True),
+        ("polars lane", 0, True, False),
+    )
+    for name, after, lane_on, plain_on in ways:
+        lane.try_block, lane_plain.take = counted, plain  # type: ignore[assignment]
+        with _scan_settings(block, after, lane_on, plain_on):
             try:
                 results[name] = _key(scan_fast(open_source(str(path)), matcher, rollup=True))
             except DiagError as e:  # (a mutated file may be no text log at all)
                 results[name] = (str(e),)
             finally:
-                lane.try_block = real
-    wrong = [n for n in ("bulk", "lane") if results[n] != results["line"]]
+                lane.try_block, lane_plain.take = real, real_plain  # type: ignore[assignment]
+    wrong = [n for n in ("bulk", "lane", "polars lane") if results[n] != results["line"]]
     return ", ".join(wrong) or None
 
 
@@ -199,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
     print(
         f"seed {args.seed}: {tally.inputs} inputs, {tally.lane_blocks} blocks through the "
-        f"lane, {tally.calm_minutes} calm minutes, {len(tally.found)} differing",
+        f"lane ({tally.plain_blocks} of them lane_plain's), {tally.calm_minutes} calm minutes, {len(tally.found)} differing",
         file=sys.stderr,
     )
     return 1 if tally.found else 0

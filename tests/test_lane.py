@@ -20,6 +20,7 @@ from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
 
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
+import preemptdiag.scan.lane_plain as lane_plain
 import preemptdiag.scan.passes as passes
 import preemptdiag.scan.rust_regex as rust_regex
 from preemptdiag.cli import main
@@ -56,19 +57,25 @@ def _spy_on_lane(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 def _assert_lane_exact(
     path: Path, monkeypatch: pytest.MonkeyPatch, block: int = 1 << 20, every: bool = False
 ) -> tuple[ScanResult, list[bool]]:
-    """The scan with the lane on is the scan with it off; returns the on one and
-    whether each block went the lane's way (with `every`, the lane is tried on every
-    block, not again only some blocks after one it did not take)."""
+    """The scan with the lane on is the scan with it off, and so is the scan with the
+    polars lane alone (lane_plain.py off: it takes most blocks of V1 stats lines);
+    returns the on one and whether each block went the lane's way (with `every`, the
+    lane is tried on every block, not again only some blocks after one it did not
+    take)."""
     off = _scan(path, monkeypatch, False, block)
     if every:
         monkeypatch.setattr(lane.Lane, "missed", lambda self, block: None)
+    monkeypatch.setattr(lane_plain, "ENABLED", False)
+    polars_only = _scan(path, monkeypatch, True, block)
+    monkeypatch.setattr(lane_plain, "ENABLED", True)
     taken = _spy_on_lane(monkeypatch)
     on = _scan(path, monkeypatch, True, block)
-    assert on.hits == off.hits
-    assert on.members == off.members
-    assert on.skipped == off.skipped
-    assert on.recognised == off.recognised
-    assert (on.lines_read, on.bytes_read) == (off.lines_read, off.bytes_read)
+    for got in (on, polars_only):
+        assert got.hits == off.hits
+        assert got.members == off.members
+        assert got.skipped == off.skipped
+        assert got.recognised == off.recognised
+        assert (got.lines_read, got.bytes_read) == (off.lines_read, off.bytes_read)
     return on, taken
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -60,6 +60,7 @@ from preemptdiag.model.records import (
     WrapperStamp,
 )
 from preemptdiag.model.timeparse import parse_iso
+from preemptdiag.scan import rust_regex
 from preemptdiag.scan.bulk import (
     _BAD,
     _CAST_SHAPES,
@@ -83,7 +84,7 @@ from preemptdiag.scan.rollup import (
     stamp_of,
 )
 from preemptdiag.scan.rust_regex import anchored, ascii_only, rust_ok, zero_test
-from preemptdiag.scan.signatures import PLAIN_MATCH, PLAIN_PRE, Signature
+from preemptdiag.scan.signatures import PLAIN_PRE, Signature
 
 if TYPE_CHECKING:
     import polars as pl
@@ -165,6 +166,14 @@ def try_block(
         return None
     text = body.decode("ascii")
     newlines = text.count("\n")
+    # (imported here: lane_plain reads this module's records)
+    from preemptdiag.scan import lane_plain
+
+    plain = lane_plain.take(matcher, source, text, first_line, result, odd)
+    if plain is not None:
+        return newlines if plain else None
+    if not rust_regex.usable():
+        return None  # (a worker forked with polars running: see usable)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -198,8 +207,7 @@ class _Rows:
     sig: Signature
     lineno: list[int]
     texts: list[str]  # the record's text: the line, or what follows SGLang's head
-    start: list[int]
-    end: list[int]
+    start: Sequence[int]  # where the match starts in the record's text
     proc: list[str | None]
     ts: list[str | None]  # the engine stamp (vLLM's head)
     wrapper: list[str] | None  # the wrapper stamps (SGLang's head), one a line
@@ -394,6 +402,12 @@ def _readable(sig: Signature) -> bool:
     aggregates (an int preemption count), no constant in their place."""
     if _lane_pattern(sig) is None and _plain(sig) is None:
         return False
+    return fields_readable(sig)
+
+
+def fields_readable(sig: Signature) -> bool:
+    """Whether sig's fields are read as Builder reads them: numbers where Builder
+    aggregates (an int preemption count), no constant in their place."""
     if any(k in sig.constants for k in (*AGG_FIELDS, *_PREEMPT_FIELDS)):
         return False
     return not any(
@@ -418,7 +432,6 @@ def _columns(
         assert whole is not None
         caps = rest.str.extract_groups(whole)
         pre = caps.struct.field(PLAIN_PRE).str.len_chars()
-        length = caps.struct.field(PLAIN_MATCH).str.len_chars()
         text, ts = rest, pl.col(_SG + "ts")
         proc = pl.col(_SG + "rank").str.strip_chars()
         shape = set(re.compile(whole).groupindex)
@@ -427,7 +440,6 @@ def _columns(
         assert pattern is not None
         caps = rest.str.extract_groups(f"^(?P<{_ALL}>{pattern})")
         pre = pl.col("v_len")
-        length = caps.struct.field(_ALL).str.len_chars()
         text, ts, proc = pl.col("line"), pl.col("bulk_ts_"), pl.col("bulk_proc_")
         shape = set(sig.fields)
     # fields the plain shape has no place for: None, as `pattern` leaves them
@@ -439,7 +451,6 @@ def _columns(
         pl.col("idx").cast(pl.Int64).alias("row"),
         text.alias("text"),
         pre.cast(pl.Int64).alias("start"),
-        (pre + length).cast(pl.Int64).alias("end"),
         ts.alias("ts"),
         proc.alias("proc"),
         *raw,
@@ -517,7 +528,6 @@ def _columns(
         lineno=[lineno[r] for r in table.get_column("row").to_list()],
         texts=table.get_column("text").to_list(),
         start=table.get_column("start").to_list(),
-        end=table.get_column("end").to_list(),
         proc=_shared(table.get_column("proc").to_list()),
         ts=[None] * len(ts_list) if sglang else ts_list,
         wrapper=ts_list if sglang else None,
@@ -582,16 +592,16 @@ def _odd_lines(
     begins = (lines.str.len_bytes() + 1).cum_sum().shift(1, fill_value=0)
     at = begins.gather(rows.gather(pl.Series(odd_rows))).to_list()
     size = lines.gather(rows.gather(pl.Series(odd_rows))).str.len_bytes().to_list()
-    before = matcher.rejoined
-    out: dict[int, ScanResult] = {}
-    for k, start, n in zip(odd_rows, at, size, strict=True):
-        got = odd(start, start + n, plan.lineno[k])
-        if got is None or matcher.rejoined != before:
-            matcher.rejoined = before
-            return None
-        if any(h.kind is Kind.STATS for h in got.hits):
-            return None
-        out[k] = got
+    out = match_odd(
+        matcher,
+        odd,
+        (
+            (k, start, start + n, plan.lineno[k])
+            for k, start, n in zip(odd_rows, at, size, strict=True)
+        ),
+    )
+    if isinstance(out, bool):
+        return None
     # Each odd hit's clock must be the one the sink has there: the last lane line's
     # above it (or the sink's before the block).
     for k, got in out.items():
@@ -605,6 +615,26 @@ def _odd_lines(
             when = stamp(h)
             if when[0] is None or when[1] is None or when[0] != now:
                 return None
+    return out
+
+
+def match_odd(
+    matcher: Matcher, odd: Odd, lines: Iterable[tuple[int, int, int, int]]
+) -> dict[int, ScanResult] | bool:
+    """The odd lines (key, start, end, line number) matched as line by line, by key;
+    False when one lies in the block's tail or a wrapped record's rejoin is reached
+    from one (the block goes line by line), True when one gives a stats hit (it could
+    join or end a rollup the lane aggregates alone)."""
+    before = matcher.rejoined
+    out: dict[int, ScanResult] = {}
+    for k, start, end, lineno in lines:
+        got = odd(start, end, lineno)
+        if got is None or matcher.rejoined != before:
+            matcher.rejoined = before
+            return False
+        if any(h.kind is Kind.STATS for h in got.hits):
+            return True
+        out[k] = got
     return out
 
 
@@ -708,23 +738,40 @@ def _roll(
         result.calm.extend(_calm_rows(source, plan, agg.filter(chosen)))
         agg = agg.filter(~chosen)
     aggs = _agg_dict(agg)
+    rows = segs.select("seg", "first", "members", "run", "edge", "stream", "set").iter_rows()
+    walk(source, plan.sets, rows, aggs, calm, others, sink, result)
+
+
+def walk(
+    source: str,
+    sets: Sequence[_Rows],
+    segs: Iterable[tuple[int, int, Sequence[int], int, bool, object, int]],
+    aggs: Mapping[int, _Agg],
+    calm: set[int],
+    others: Mapping[int, ScanResult],
+    sink: RollupSink,
+    result: ScanResult,
+) -> None:
+    """The block's segments, in order of their first lines (seg, first line, members,
+    clock run, edge, stream, set), to `sink` as RollupSink.add_ref would take their
+    lines one by one: an edge's lines through the sink, an inner segment's hit
+    (`aggs`) appended closed unless it went as a calm minute (`calm`), the odd lines'
+    hits (`others`, by candidate) in their place before the segment after them."""
     run_now = 0
     # The sink's key of each stream whose last segment so far went to it line by line:
     # the stream's next segment closes that rollup (its first line is one the rollup
     # does not accept), as the sink would on that line. Left open, a later segment fed
     # to the sink might join it: a stream whose clock goes back to that minute (two
     # pods' logs one after the other) had its two runs of the minute merged.
-    fed: dict[str, tuple[object, ...]] = {}
+    fed: dict[object, tuple[object, ...]] = {}
     odd = iter(sorted(others.items()))
     nxt = next(odd, None)
     last_line, went_to = 0, sink.went_to
-    for seg, first, members, run, edge, stream, which in segs.select(
-        "seg", "first", "members", "run", "edge", "stream", "set"
-    ).iter_rows():
+    for seg, first, members, run, edge, stream, which in segs:
         while nxt is not None and nxt[0] < first:
             last_line, went_to = _replay(nxt[1], result, last_line), None
             nxt = next(odd, None)
-        r = plan.sets[which]
+        r = sets[which]
         if run != run_now:
             # Another clock (month-day, date): the sink would close every open rollup
             # (they all have the old one) on the first line stamped with it.
@@ -913,13 +960,23 @@ def _calm_segments(
     calm = set(agg.filter(quiet.fill_null(False)).get_column("seg").to_list())
     if not calm:
         return calm
+    return calm_of(calm, segs.select("seg", "minute", "run", "edge").iter_rows(), others)
+
+
+def calm_of(
+    quiet: set[int],
+    segs: Iterable[tuple[int, str, int, bool]],
+    others: Mapping[int, ScanResult],
+) -> set[int]:
+    """Of the `quiet` inner segments, those that go as calm minutes (_calm_segments),
+    from every segment of the block in order (seg, minute, clock run, edge)."""
     out: dict[int, str] = {}
     busy = {stamp(h)[1] for got in others.values() for h in got.hits}
     run_now, anchored = 0, True
-    for seg, minute, run, edge in segs.select("seg", "minute", "run", "edge").iter_rows():
+    for seg, minute, run, edge in segs:
         if run != run_now:
             run_now, anchored = run, False
-        if edge or not anchored or seg not in calm:
+        if edge or not anchored or seg not in quiet:
             busy.add(minute)
             anchored = True
         else:
@@ -949,7 +1006,7 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
     peak = part.get_column("peak_row").to_list()
     at = 11 if sglang else 6  # the hour in `YYYY-MM-DD HH:MM:SS` / `MM-DD HH:MM:SS`
 
-    def take(values: list[Any], which: list[int], dtype: Any = None) -> pl.Series:
+    def take(values: Sequence[Any], which: list[int], dtype: Any = None) -> pl.Series:
         return pl.Series([values[i] for i in which], dtype=dtype)
 
     stamp_first = take(stamps, first, pl.Utf8)
@@ -995,15 +1052,13 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
             *(take(r.typed[n], peak).alias(f"f_{n}") for n in sig.fields),
         ]
     )
+    return calm_rows(source, sig, sglang, plain_columns(frame))
+
+
+def calm_rows(source: str, sig: Signature, sglang: bool, frame: Columns) -> CalmRows:
+    """A block's calm minutes of `sig` (frame: CALM_COLUMNS, then f_ and each field)."""
     return CalmRows(
-        source,
-        sig.id,
-        sig.kind,
-        sig.engine,
-        sig.constants,
-        tuple(sig.fields),
-        sglang,
-        plain_columns(frame),
+        source, sig.id, sig.kind, sig.engine, sig.constants, tuple(sig.fields), sglang, frame
     )
 
 

@@ -18,7 +18,6 @@ from preemptdiag.ingest.sources import (
 )
 from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan import lane as lane_mod
-from preemptdiag.scan import rust_regex
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise, starts_record
@@ -234,7 +233,7 @@ def scan_fast(
                 if big:
                     cands = finder.candidate_lines(block, size)
                 lane_now = cands is not None and len(cands) >= bulk_mod.DENSE_LINES
-            if lane_now and rust_regex.usable():
+            if lane_now:
                 # A block of plain stats lines, matched and rolled up as columns.
                 odd = partial(
                     _odd_line, matcher, src.name, block, size, look, above, tail_start(block, size)

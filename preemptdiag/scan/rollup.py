@@ -24,6 +24,7 @@ paths to the same report).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +76,16 @@ def stats_preemptions(f: Mapping[str, FieldValue]) -> tuple[int, bool]:
     if isinstance(r, int) and r > 0 and n == 0:
         n = r
     return n, lower
+
+
+def snap6(x: float) -> float:
+    """polars' `round(6)` of a float (half to even on x * 1e6, as polars 2 rounds;
+    tests/timeline/test_windows_small.py checks it against the installed polars)."""
+    y = x * 1e6
+    if not math.isfinite(y):
+        return x
+    r = round(y) / 1e6
+    return math.copysign(r, x) if r == 0 else r
 
 
 def number(v: object) -> float | None:

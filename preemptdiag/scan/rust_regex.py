@@ -10,6 +10,7 @@ original's. tests/test_lane.py holds each to its definition.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from functools import cache
 
@@ -46,12 +47,14 @@ def rust_ok(pattern: str) -> bool:
 
 def usable() -> bool:
     """polars is there, and safe to use in this process: a worker forked after the
-    parent started polars' thread pool may deadlock in it, so it does not."""
-    try:
-        import polars  # noqa: F401
-    except ImportError:
-        return False
-    return not _FORKED_WITH_POLARS
+    parent started polars' thread pool may deadlock in it, so it does not. (Asked
+    without importing it: a run that never needs polars never pays its ~55 MiB.)"""
+    return _installed() and not _FORKED_WITH_POLARS
+
+
+@cache
+def _installed() -> bool:
+    return "polars" in sys.modules or importlib.util.find_spec("polars") is not None
 
 
 # Set in a --jobs worker whose parent had imported polars before forking it.

@@ -52,9 +52,9 @@ from preemptdiag.model.records import (
     WrapperStamp,
 )
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
-from preemptdiag.scan.rollup import AGG_FIELDS, number, stamp
+from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
 from preemptdiag.timeline.events import stamp_event
-from preemptdiag.timeline.windows import snap6, window_start
+from preemptdiag.timeline.windows import window_start
 
 _KV, _RUNNING, _WAITING, _PROMPT, _GEN, _SWAPPED = (
     AGG_FIELDS.index(k)

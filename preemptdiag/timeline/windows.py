@@ -5,7 +5,6 @@ Polars holds the (small) events table, never raw lines (design.md section 5).
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Event, Kind, Window
-from preemptdiag.scan.rollup import AGG_FIELDS, number
+from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6
 
 # (replica, time of a counter read) -> the earliest a preemption counted after that read
 # can have happened (build_windows)
@@ -472,16 +471,6 @@ def _float_sum(values: list[float]) -> float:
     for v in values:
         total += v
     return total
-
-
-def snap6(x: float) -> float:
-    """polars' `round(6)` of a float (half to even on x * 1e6, as polars 2 rounds;
-    tests/timeline/test_windows_small.py checks it against the installed polars)."""
-    y = x * 1e6
-    if not math.isfinite(y):
-        return x
-    r = round(y) / 1e6
-    return math.copysign(r, x) if r == 0 else r
 
 
 def _spread_counter_deltas(

@@ -21,6 +21,7 @@ from preemptdiag.commands.analyze import Options, run_analysis
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import Event, Kind
+from preemptdiag.scan.rollup import snap6
 from preemptdiag.timeline import windows as windows_mod
 from preemptdiag.timeline.events import TimeContext
 from preemptdiag.timeline.windows import (
@@ -28,7 +29,6 @@ from preemptdiag.timeline.windows import (
     _aggregated,
     _aggregated_small,
     build_windows,
-    snap6,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

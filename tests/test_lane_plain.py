@@ -1,0 +1,367 @@
+"""scan/lane_plain.py: blocks of plain V1 stats lines read in Python's `re`, without
+polars. test_lane.py holds every block it takes to the line-by-line scan (and the
+polars lane, with it off, too); here: that it takes what a quiet vLLM server prints
+from the first block on, never imports polars doing so, gives the polars lane's calm
+minutes, refuses what it must, and that each shortcut it takes is its long way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta
+from functools import reduce
+from operator import add
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_lane import MATCHER, _assert_lane_exact, _replayed_engine_log
+
+import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.lane as lane
+import preemptdiag.scan.lane_plain as lane_plain
+import preemptdiag.scan.passes as passes
+from preemptdiag.commands.analyze import Options, run_analysis
+from preemptdiag.ingest.sources import open_source
+from preemptdiag.render.json_format import report_dict
+from preemptdiag.scan.bulk import _BAD, _converted
+from preemptdiag.scan.matcher import ScanResult
+from preemptdiag.scan.passes import scan_fast
+from preemptdiag.scan.rollup import snap6
+from preemptdiag.scan.signatures import load
+from preemptdiag.timeline.events import TimeContext
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGS = {s.id: s for s in load()}
+V1 = (
+    "(APIServer pid=1) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 000: Avg prompt "
+    "throughput: {p:.1f} tokens/s, Avg generation throughput: {g:.1f} tokens/s, Running: "
+    "{r} reqs, Waiting: {w} reqs, GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: 0.0%"
+)
+WARNING_STATS = (
+    V1.replace(" INFO ", " WARNING ")
+    .replace("{p:.1f}", "1.0")
+    .replace("{g:.1f}", "2.0")
+    .replace("{r}", "3")
+    .replace("{w}", "0")
+    .replace("{kv:.1f}", "4.0")
+)
+START = (
+    "(APIServer pid=1) INFO {t:%m-%d %H:%M:%S} [api_server.py:1880] vLLM API server version "
+    "0.12.0\n"
+    "(EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} [gpu_worker.py:298] Available KV cache "
+    "memory: 54.79 GiB\n"
+    "(EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} [kv_cache_utils.py:1087] GPU KV cache "
+    "size: 448,848 tokens"
+)
+
+
+def _v1_log(path: Path, n: int, odd: dict[int, str] | None = None, start: bool = True) -> None:
+    """A quiet server's start-up lines and `n` V1 stats lines 10 s apart (waiting now
+    and then, KV up to 97 %), with `odd` lines put before the stats line of their index."""
+    t = datetime(2026, 2, 28, 20, 0, 0)  # the Feb 28 -> Mar 1 turn inside
+    out = [START.format(t=t)] if start else []
+    for i in range(n):
+        if odd and i in odd:
+            out.append(odd[i].format(t=t))
+        out.append(
+            V1.format(t=t, p=i % 97 * 1.5, g=i % 13 * 7.25, r=i % 9, w=(i % 50 == 7) * 3, kv=i % 98)
+        )
+        t += timedelta(seconds=10)
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> Counter[bool | None]:
+    """What lane_plain.take answered, while it is on."""
+    said: Counter[bool | None] = Counter()
+    real = lane_plain.take
+
+    def spy(*args: Any) -> bool | None:
+        got = real(*args)
+        if lane_plain.ENABLED:
+            said[got] += 1
+        return got
+
+    monkeypatch.setattr(lane_plain, "take", spy)
+    return said
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 16, 1 << 20])
+def test_a_quiet_servers_log_goes_this_way_from_its_first_block(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Start-up lines above the first stats line are odd lines matched as line by line
+    # in their place (the polars lane sent such a block line by line).
+    path = tmp_path / "quiet.log"
+    _v1_log(path, 3000)
+    said = _spy(monkeypatch)
+    on, _ = _assert_lane_exact(path, monkeypatch, block, every=True)
+    assert said[True] >= (1 if block == 1 << 20 else 2) and said[None] == said[False] == 0
+    assert {h.sig for h in on.hits} >= {"vllm.capacity.available_kv_memory", "vllm.v1.stats"}
+
+
+def test_the_real_engines_lines_go_this_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM 0.32.0's own stats and access lines (test_lane.py's replay): every block
+    # after the start-up one, whose config lines are too long for a lane.
+    path = tmp_path / "replayed.log"
+    _replayed_engine_log(path, 3000)
+    said = _spy(monkeypatch)
+    _assert_lane_exact(path, monkeypatch, 1 << 16)
+    assert said[True] >= 8 and said[None] == 0
+
+
+@pytest.mark.parametrize(
+    ("odd", "answer"),
+    [
+        # Ray's repeat mark on a candidate line: neither lane takes the block
+        (
+            "(EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} [gpu_worker.py:298] Available "
+            "KV cache memory: 5.0 GiB [repeated 2x across cluster]",
+            False,
+        ),
+        # a candidate line past MAX_LINE: the same
+        (
+            "(EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} [gpu_worker.py:298] Available "
+            "KV cache memory: 5.0 GiB " + "x" * lane.MAX_LINE,
+            False,
+        ),
+        # a stats line at WARNING: a stats hit among the odd lines, the polars lane's
+        (WARNING_STATS, None),
+        # a line of another clock (kubectl's stamp) among the stats lines: line by line
+        (
+            "2026-02-27T23:10:00.5Z (EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} "
+            "[gpu_worker.py:298] Available KV cache memory: 5.0 GiB",
+            False,
+        ),
+        # a line of the same clock: matched as line by line in its place, the block taken
+        (
+            "(EngineCore_DP0 pid=312) INFO {t:%m-%d %H:%M:%S} [gpu_worker.py:298] Available "
+            "KV cache memory: 5.0 GiB",
+            True,
+        ),
+    ],
+    ids=["repeat-mark", "long-line", "warning-stats", "other-clock", "same-clock"],
+)
+def test_an_odd_line_among_the_stats_lines(
+    odd: str, answer: bool | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "odd.log"
+    _v1_log(path, 400, {200: odd}, start=False)
+    said = _spy(monkeypatch)
+    _assert_lane_exact(path, monkeypatch, 1 << 20, every=True)
+    assert said == Counter({answer: 1})
+
+
+def test_preemption_counts_on_some_lines_are_shown_for_their_signatures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `Preemptions: N` (a fixed vLLM prints it when not zero) holds a literal the first
+    # line does not: the other signatures it makes the lines candidates of are shown
+    # to match none of them, and the block is still taken; the counts and the minutes
+    # they are in are no calm minutes.
+    lines = [
+        V1.format(
+            t=datetime(2026, 3, 1, 0, 0, 10 * i % 60) + timedelta(minutes=i // 6),
+            p=1.0,
+            g=2.0,
+            r=5,
+            w=0,
+            kv=50.0,
+        )
+        for i in range(600)
+    ]
+    for i in range(3, 600, 50):
+        lines[i] = lines[i].replace("GPU KV", f"Preemptions: {i % 7 + 1}, GPU KV")
+    path = tmp_path / "counts.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    said = _spy(monkeypatch)
+    on, _ = _assert_lane_exact(path, monkeypatch, 1 << 20, every=True)
+    assert said == Counter({True: 1})
+    # (a line with a count is a stream of its own: its fields differ in what is there)
+    counted = [h.rollup.stats.preemptions if h.rollup else h.fields["preemptions"] for h in on.hits]
+    assert sum(n for n in counted if n) == sum(i % 7 + 1 for i in range(3, 600, 50))
+
+
+def _calm(path: Path, monkeypatch: pytest.MonkeyPatch, plain: bool, block: int) -> ScanResult:
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", block)
+    monkeypatch.setattr(lane_plain, "ENABLED", plain)
+    monkeypatch.setattr(lane.Lane, "missed", lambda self, block: None)
+    return scan_fast(open_source(str(path)), MATCHER, rollup=True, calm_kv=90.0)
+
+
+def _table(r: ScanResult) -> list[tuple[object, ...]]:
+    # each value with its type: an int column must not come back as floats
+    return [
+        (
+            c.source,
+            c.sig,
+            c.fields,
+            c.sglang,
+            c.frame.names if c.frame else None,
+            [[(type(v), v) for v in col] for col in c.frame.data] if c.frame else None,
+        )
+        for c in r.calm
+    ]
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 20])
+def test_calm_minutes_are_the_polars_lanes(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (no start-up lines: the polars lane sends their block line by line, this one not)
+    path = tmp_path / "quiet.log"
+    _v1_log(path, 3000, start=False)
+    said = _spy(monkeypatch)
+    polars_lane = _calm(path, monkeypatch, False, block)
+    mine = _calm(path, monkeypatch, True, block)
+    assert said[True] >= (1 if block == 1 << 20 else 2) and said[None] == 0
+    assert mine.calm_minutes > 150  # (minutes with waiting, KV >= 90 %, at an edge: hits)
+    assert _table(mine) == _table(polars_lane)
+    assert mine.hits == polars_lane.hits
+    # numbers with no gap are kept as arrays (8 bytes a value), as plain_columns keeps them
+    frame = mine.calm[0].frame
+    assert frame is not None
+    kinds = {name: type(col).__name__ for name, col in zip(frame.names, frame.data, strict=True)}
+    assert kinds["first_line"] == kinds["sum_kv_usage"] == kinds["mean_running"] == "array"
+    assert kinds["swapped_first"] == "list"
+
+
+def test_the_report_is_the_line_by_line_scans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # analyze with its calm minutes, the start-up block included, byte for byte
+    path = tmp_path / "quiet.log"
+    _v1_log(path, 3000)
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
+    said = _spy(monkeypatch)
+    reports = []
+    for on in (True, False):
+        monkeypatch.setattr(lane, "ENABLED", on)
+        got = run_analysis(Options(files=(str(path),), time=TimeContext(year=2026), jobs=1))
+        reports.append(json.dumps(report_dict(got.report), sort_keys=True))
+    assert said[True] >= 2
+    assert reports[0] == reports[1]
+
+
+def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
+    # The --jobs worker's memory: polars' pages are ~55 MiB of it. (A stats line at
+    # WARNING sends its block the polars lane's way: the check would see polars.)
+    quiet = tmp_path / "quiet.log"
+    _v1_log(quiet, 40000)  # (past bulk.BIG_BYTES: the lane is tried from the first block)
+    warned = tmp_path / "warned.log"
+    _v1_log(warned, 40000, {20000: WARNING_STATS})
+    code = (
+        "import sys\n"
+        "from preemptdiag.ingest.sources import open_source\n"
+        "from preemptdiag.scan.matcher import Matcher\n"
+        "from preemptdiag.scan.passes import scan_fast\n"
+        "from preemptdiag.scan.signatures import load\n"
+        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
+        "print(r.calm_minutes > 0, 'polars' in sys.modules)\n"
+    )
+    for path, expected in ((quiet, "True False"), (warned, "True True")):
+        got = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT
+        )
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.split("\n")[0] == expected, path.name
+
+
+def test_requires_reads_the_literal_text_a_match_must_hold() -> None:
+    req = lane_plain._requires
+    assert req("abc(?:d|e)fg+h(?:ij)?k") == (("abc", "f", "g", "h", "k"), None)
+    assert req(r"x(?P<n>\d+) reqs, Swapped: ") == ((" reqs, Swapped: ", "x"), None)
+    assert req("(?:ab)+c") == (("ab", "c"), None)
+    assert req("(?i)abc") is None  # (a case-blind literal is no literal text)
+    assert req("a(?i:b)c") is None
+    # V1's first stats line: `Running:` not after the V1 line's `tokens/s, `
+    need = req(SIGS["vllm.v1.stats_running_waiting"].pattern)
+    assert need is not None and need[1] == ("tokens/s, ", "Running: ")
+    assert req(r"(?<!x)aba") == (("aba",), None)  # (`aba` overlaps itself: no such proof)
+    assert req(r"(?<!x)ab") == (("ab",), ("x", "ab"))
+
+
+def test_no_match_is_claimed_where_a_signature_matches() -> None:
+    # Every signature's own example lines and every other's: where a pattern finds a
+    # match, _matches_none never says there is none.
+    lines = [e.line for s in SIGS.values() for e in s.matches] + [
+        line for s in SIGS.values() for line in s.no_matches
+    ]
+    checked = 0
+    for sig in SIGS.values():
+        need = lane_plain._requires(sig.pattern)
+        if need is None:
+            continue
+        for line in lines:
+            if any(True for _ in sig.finditer(line)):
+                found = {lit for lit in need[0] if lit in line}
+                assert not lane_plain._matches_none(need, found, line), (sig.id, line[:80])
+                checked += 1
+    assert checked > len(SIGS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.from_regex(r"[0-9]{1,22}(\.[0-9]{1,22})?", fullmatch=True),
+            st.sampled_from(["1.2.3", ".", "9" * 400, "1e5", "00", "", "12,5", "-3"]),
+        ),
+        min_size=1,
+        max_size=12,
+        unique=True,
+    ),
+    st.sampled_from(["float", "percent", "int", "int_commas"]),
+)
+def test_convert_is_the_converters(raw: list[str], typ: str) -> None:
+    got = lane_plain._convert(raw, typ)
+    want = _converted(raw, typ)
+    if any(v is _BAD for v in want.values()):
+        assert got is None
+    else:
+        assert got is not None
+        assert {k: (type(v), v) for k, v in got.items()} == {
+            k: (type(v), v) for k, v in want.items()
+        }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text("ab c:\n", min_size=1, max_size=4), min_size=1, max_size=6),
+    st.text("ab c:\n", max_size=60),
+    st.sampled_from(["hyperscan", "aho", "python"]),
+)
+def test_literals_found_by_every_engine(literals: list[str], text: str, engine: str) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lane_plain, "HAVE_HYPERSCAN", engine == "hyperscan")
+        mp.setattr(lane_plain, "HAVE_AHOCORASICK", engine == "aho")
+        finder = lane_plain._Literals(tuple(literals))
+    assert finder.found(text.encode()) == {lit for lit in literals if lit in text}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e15, allow_nan=False), max_size=12))
+def test_sum_adds_one_value_at_a_time(values: list[float]) -> None:
+    assert lane_plain._sum(values).hex() == reduce(add, values, 0.0).hex()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=6e15, allow_nan=False), min_size=1, max_size=9),
+    st.lists(st.integers(0, 7), min_size=9, max_size=9),
+)
+def test_means_are_snapped_as_snap6_snaps(sums: list[float], counts: list[int]) -> None:
+    counts = counts[: len(sums)]
+    want = [snap6(snap6(s + 0.0) / c) if c else None for s, c in zip(sums, counts, strict=True)]
+    got = lane_plain._means(sums, counts)
+    assert [None if v is None else v.hex() for v in got] == [
+        None if v is None else v.hex() for v in want
+    ]
