@@ -313,6 +313,9 @@ def test_ascii_spelling_matches_as_the_unicode_classes_on_ascii_text(text: str) 
 def test_a_jobs_range_takes_the_lane_from_its_first_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (the polars lane's gating: lane_plain.py's, which pays no polars, is
+    # test_lane_plain.py's)
+    monkeypatch.setattr(lane_plain, "ENABLED", False)
     # A range of a file big enough to split holds fewer than AFTER_LINES lines (a
     # tenth of a 10-day log): it must not be matched one by one for that.
     path = tmp_path / "plain.log"
@@ -547,6 +550,9 @@ def _three_blocks_of_stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, big:
 def test_a_big_files_first_dense_block_goes_the_lanes_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (the polars lane's gating: lane_plain.py's, which pays no polars, is
+    # test_lane_plain.py's)
+    monkeypatch.setattr(lane_plain, "ENABLED", False)
     # Big on disk and dense with stats lines from its first block (a month of them):
     # that block goes the lane's way too, not one line at a time before polars.
     path = _three_blocks_of_stats(tmp_path, monkeypatch, big=True)
@@ -562,6 +568,9 @@ def test_a_big_files_first_dense_block_goes_the_lanes_way(
 def test_a_big_sparse_file_never_tries_the_lane(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (the polars lane's gating: lane_plain.py's, which pays no polars, is
+    # test_lane_plain.py's)
+    monkeypatch.setattr(lane_plain, "ENABLED", False)
     # A few stats lines a block among other lines: no block is dense enough to pay
     # polars for (the lane is not even asked).
     filler = "(APIServer pid=1) INFO 06-03 00:00:00 [logger.py:41] GET /health 200 OK\n" * 1500
@@ -595,6 +604,9 @@ def test_a_big_sparse_file_never_tries_the_lane(
 def test_a_small_dense_file_tries_the_lane_only_after_many_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (the polars lane's gating: lane_plain.py's, which pays no polars, is
+    # test_lane_plain.py's)
+    monkeypatch.setattr(lane_plain, "ENABLED", False)
     # Under BIG_BYTES a file's first AFTER_LINES candidate lines go one by one: polars'
     # pages cost more memory than a short log saves in time (a day of stats lines).
     path = _three_blocks_of_stats(tmp_path, monkeypatch, big=False)

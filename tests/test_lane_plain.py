@@ -254,8 +254,10 @@ def test_the_report_is_the_line_by_line_scans(
 def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
     # The --jobs worker's memory: polars' pages are ~55 MiB of it. (A stats line at
     # WARNING sends its block the polars lane's way: the check would see polars.)
+    # (the warned log is past bulk.BIG_BYTES, where the polars lane is tried at once;
+    # this lane is tried on any file's dense blocks)
     quiet = tmp_path / "quiet.log"
-    _v1_log(quiet, 40000)  # (past bulk.BIG_BYTES: the lane is tried from the first block)
+    _v1_log(quiet, 6000)
     warned = tmp_path / "warned.log"
     _v1_log(warned, 40000, {20000: WARNING_STATS})
     code = (
@@ -273,6 +275,30 @@ def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
         )
         assert got.returncode == 0, got.stderr
         assert got.stdout.split("\n")[0] == expected, path.name
+
+
+def test_any_files_dense_blocks_try_it_and_sparse_ones_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A day of stats lines (under bulk.BIG_BYTES and AFTER_LINES: the polars lane waits)
+    # goes this way from its first block; a log with a stats line among a hundred
+    # others (request logging) is not tried: one at a time costs less there.
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 16)
+    day = tmp_path / "day.log"
+    _v1_log(day, 3000)
+    said = _spy(monkeypatch)
+    scan_fast(open_source(str(day)), MATCHER, rollup=True)
+    assert said[True] >= 10 and said[None] == said[False] == 0
+    said.clear()
+    filler = "(APIServer pid=1) INFO 02-28 20:00:00 [logger.py:41] GET /health 200 OK"
+    lines = []
+    for i in range(3000):
+        lines += [filler] * 100 if i % 10 == 0 else []
+        lines.append(V1.format(t=datetime(2026, 2, 28, 20, 0, 0), p=1.0, g=2.0, r=1, w=0, kv=5.0))
+    sparse = tmp_path / "sparse.log"
+    sparse.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got = scan_fast(open_source(str(sparse)), MATCHER, rollup=True)
+    assert not said and got.recognised["stats"] == 3000
 
 
 def test_requires_reads_the_literal_text_a_match_must_hold() -> None:

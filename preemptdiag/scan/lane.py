@@ -153,12 +153,14 @@ def try_block(
     first_line: int,
     result: ScanResult,
     odd: Odd,
+    polars: Callable[[], bool] = lambda: True,
 ) -> int | None:
     """Match and roll up block[:size] as the line-by-line scan would; the number of
     newlines in it when done, None (nothing recorded) when the block does not qualify.
     `odd(start, end, lineno)` matches the line at block[start:end] as the line-by-line
     scan does, into a ScanResult of its own (None where that scan would wait for the
-    next block: a line in the block's tail)."""
+    next block: a line in the block's tail). lane_plain.py tries it first; `polars()`
+    says whether polars may be paid for where it leaves the block to this lane."""
     sink = result.sink
     assert sink is not None
     body = bytes(block[:size])
@@ -172,8 +174,23 @@ def try_block(
     plain = lane_plain.take(matcher, source, text, first_line, result, odd)
     if plain is not None:
         return newlines if plain else None
-    if not rust_regex.usable():
-        return None  # (a worker forked with polars running: see usable)
+    if not polars() or not rust_regex.usable():
+        return None  # (usable: not in a worker forked with polars running)
+    return _try_polars(matcher, source, text, newlines, first_line, result, odd)
+
+
+def _try_polars(
+    matcher: Matcher,
+    source: str,
+    text: str,
+    newlines: int,
+    first_line: int,
+    result: ScanResult,
+    odd: Odd,
+) -> int | None:
+    """try_block's polars lane."""
+    sink = result.sink
+    assert sink is not None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -151,6 +151,27 @@ def _plain_sigs(matcher: Matcher) -> tuple[Signature, ...]:
     return got
 
 
+# A block is worth this lane with at least this many lines holding a plain
+# signature's literal, and one in WORTH_SHARE of its lines: fewer cost less one at a
+# time than a finditer over the whole block (a GiB of request logging, a stats line
+# among hundreds of request lines: none tried).
+WORTH_LINES, WORTH_SHARE = 64, 8
+
+
+def worth(matcher: Matcher, block: bytearray, size: int) -> bool:
+    """Whether block[:size] is dense enough with plain lines to try (bytes counted)."""
+    if not ENABLED:
+        return False
+    lines = block.count(b"\n", 0, size)
+    for sig in _plain_sigs(matcher):
+        full = _full(sig)
+        assert full is not None
+        n = block.count(full.literal.encode(), 0, size)
+        if n >= WORTH_LINES and n * WORTH_SHARE >= lines:
+            return True
+    return False
+
+
 def take(
     matcher: Matcher,
     source: str,

@@ -5,6 +5,7 @@ signature on every line), which tests hold to identical output."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import BinaryIO
 
@@ -18,6 +19,7 @@ from preemptdiag.ingest.sources import (
 )
 from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan import lane as lane_mod
+from preemptdiag.scan import lane_plain
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise, starts_record
@@ -30,7 +32,7 @@ from preemptdiag.scan.matcher import (
     ScanResult,
     decode_line,
 )
-from preemptdiag.scan.prefilter import Buffer, iter_blocks, number_lines
+from preemptdiag.scan.prefilter import Buffer, LineFinder, iter_blocks, number_lines
 from preemptdiag.scan.rollup import RollupSink
 from preemptdiag.scan.signatures import found_in
 from preemptdiag.scan.wrap import (
@@ -218,7 +220,6 @@ def scan_fast(
                 while pending and pending[0].complete:
                     pending.pop(0).match(src.name, matcher, result, _no_line)
             newlines = -1
-            cands: list[tuple[int, int, int]] | None = None
             lane_now = (
                 lane_mod.ENABLED
                 and result.sink is not None
@@ -226,26 +227,32 @@ def scan_fast(
                 and lane.due(blocks)
                 and not matcher.rejoined_reaches(src.name, next_line)
             )
-            if lane_now and seen < bulk_mod.AFTER_LINES:
-                # Before polars is paid for: only a big file's block dense with
-                # candidate lines (a month of stats lines, a dense SGLang log) tries the
-                # lane; a big sparse log never pays polars' pages.
-                if big:
-                    cands = finder.candidate_lines(block, size)
-                lane_now = cands is not None and len(cands) >= bulk_mod.DENSE_LINES
+            # A block dense with plain V1 stats lines tries the lane at once, any file:
+            # lane_plain.py reads it without polars.
+            plain = lane_now and lane_plain.worth(matcher, block, size)
+            density = _Density(finder, block, size, big, seen >= bulk_mod.AFTER_LINES)
+            if lane_now and not plain:
+                lane_now = density()
             if lane_now:
                 # A block of plain stats lines, matched and rolled up as columns.
                 odd = partial(
                     _odd_line, matcher, src.name, block, size, look, above, tail_start(block, size)
                 )
-                took = lane_mod.try_block(matcher, src.name, block, size, next_line, result, odd)
+                took = lane_mod.try_block(
+                    matcher, src.name, block, size, next_line, result, odd, density
+                )
                 if took is None:
                     lane.missed(blocks)
                 else:
                     lane.took()
                     newlines = took
-                    seen = max(seen + took, bulk_mod.AFTER_LINES)
+                    # (polars paid for: like lines in bulk from now on; lane_plain.py's
+                    # blocks pay nothing)
+                    seen = (
+                        max(seen + took, bulk_mod.AFTER_LINES) if density.granted else seen + took
+                    )
             if newlines < 0:
+                cands = density.cands
                 if cands is None:
                     cands = finder.candidate_lines(block, size)
                 numbers, newlines = number_lines(block, cands, next_line, size)
@@ -304,6 +311,32 @@ def scan_fast(
     if budget is not None:
         budget.spend(result.held)
     return result
+
+
+@dataclass(slots=True)
+class _Density:
+    """Whether the polars lane may be tried on a block: after AFTER_LINES candidate
+    lines (`after`), or a big file's block dense with them (asked once; the candidate
+    lines it finds are kept for the line-by-line scan)."""
+
+    finder: LineFinder
+    block: bytearray
+    size: int
+    big: bool
+    after: bool
+    cands: list[tuple[int, int, int]] | None = None
+    granted: bool = False
+
+    def __call__(self) -> bool:
+        # Before polars is paid for: only a big file's block dense with candidate
+        # lines (a month of stats lines, a dense SGLang log) tries the lane; a big
+        # sparse log never pays polars' pages.
+        if not self.after and self.big and self.cands is None:
+            self.cands = self.finder.candidate_lines(self.block, self.size)
+        self.granted = self.after or (
+            self.cands is not None and len(self.cands) >= bulk_mod.DENSE_LINES
+        )
+        return self.granted
 
 
 def _odd_line(
