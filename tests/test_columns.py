@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from preemptdiag.model.records import Columns
+from preemptdiag.model.records import Columns, Const, column_of
 from preemptdiag.scan.lane import plain_columns
 
 
@@ -106,3 +106,60 @@ def test_plain_columns_makes_equal_strings_of_a_column_one_object() -> None:
     assert device == ["GPU", "GPU", "CPU", "GPU"]
     assert device[0] is device[1] is device[3]
     assert t.column("text") == frame.get_column("text").to_list()
+
+
+@pytest.mark.parametrize(
+    ("values", "code", "kind"),
+    [
+        ([0.0] * 8, "d", Const),
+        ([None] * 9, None, Const),
+        (["GPU"] * 8, None, Const),
+        ([7] * 8, "q", Const),
+        ([0.0] * 7 + [-0.0], "d", "d"),  # (one value only with one sign)
+        ([-0.0] * 8, "d", Const),
+        ([1] * 7 + [1.0], None, list),  # (1 == 1.0, but not one type)
+        ([1] * 7 + [True], None, list),
+        ([float("nan")] * 8, "d", "d"),  # (NaN is no value equal to itself)
+        ([0.0] * 7, "d", "d"),  # (under 8 rows: an array)
+        ([1.0, None] * 4, "d", list),
+        ([1, 2] * 4, "q", "q"),
+        (["a", "b"] * 4, None, list),
+    ],
+)
+def test_column_of_keeps_one_value_once(values: list[Any], code: str | None, kind: Any) -> None:
+    got = column_of(values, code)
+    if kind is Const:
+        assert isinstance(got, Const) and got.length == len(values)
+    elif kind is list:
+        assert type(got) is list
+    else:
+        assert isinstance(got, array) and got.typecode == kind
+    assert len(got) == len(values)
+    assert all(_same(a, b) for a, b in zip(got, values, strict=True))
+    assert all(_same(got[i], values[i]) for i in range(-len(values), len(values)))
+
+
+def test_const_is_a_sequence_of_its_value() -> None:
+    c = Const(None, 5)
+    assert list(c) == [None] * 5 and len(c) == 5
+    assert c[4] is None and c[-5] is None
+    with pytest.raises(IndexError):
+        c[5]
+    with pytest.raises(IndexError):
+        c[-6]
+    assert c[1:4] == Const(None, 3) and list(c[::2]) == [None] * 3
+    assert c.count(None) == 5 and c.index(None) == 0 and None in c
+    assert pickle.loads(pickle.dumps(c)) == c
+    # shifted() adds to a Const of line numbers as to any column
+    t = Columns(("line", "n"), (Const(10, 3), Const(6, 3)))
+    assert list(t.shifted(["line"], 5).column("line")) == [15, 15, 15]
+    assert t.shifted(["line"], 5).column("n") == Const(6, 3)
+
+
+def test_plain_columns_keeps_a_column_of_one_value_once() -> None:
+    frame = pl.DataFrame({"none": [None] * 10, "gpu": ["GPU"] * 10, "n": list(range(10))})
+    t = plain_columns(frame)
+    assert t.column("none") == Const(None, 10) and t.column("gpu") == Const("GPU", 10)
+    assert isinstance(t.column("n"), array)
+    # ~20 bytes pickled for a column of one value, not one a row
+    assert len(pickle.dumps(Const(None, 100_000))) < 100

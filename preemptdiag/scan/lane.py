@@ -39,7 +39,6 @@ place. tests/test_lane.py holds the two ways to identical hits.
 from __future__ import annotations
 
 import re
-from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from preemptdiag.model.records import (
     Rollup,
     RollupStats,
     WrapperStamp,
+    column_of,
 )
 from preemptdiag.model.timeparse import parse_iso
 from preemptdiag.scan import rust_regex
@@ -1080,14 +1080,14 @@ def calm_rows(source: str, sig: Signature, sglang: bool, frame: Columns) -> Calm
 
 
 def plain_columns(frame: pl.DataFrame) -> Columns:
-    """`frame` as records.Columns: a column of floats or of 64-bit-safe integers with
-    no null an array of them, any other its to_list, with equal strings one object
-    (a day, a process name, `GPU` on every row: ~7 MiB of a month's, and pickled once)."""
+    """`frame` as records.Columns (records.column_of): a column of one value a Const,
+    of floats or of 64-bit-safe integers with no null an array of them, any other its
+    to_list, with equal strings one object (a day, a process name, `GPU` on every row:
+    ~7 MiB of a month's, and pickled once)."""
     import polars as pl
 
     data: list[Sequence[Any]] = []
     for col in frame.get_columns():
-        values = col.to_list()
         dtype = col.dtype
         code = (
             "d"
@@ -1096,12 +1096,7 @@ def plain_columns(frame: pl.DataFrame) -> Columns:
             if dtype.is_integer() and dtype != pl.UInt64  # (one past int64 would not fit)
             else None
         )
-        if code is not None and not col.null_count():
-            data.append(array(code, values))
-        elif dtype == pl.Utf8 and col.n_unique() * 2 <= len(col):
-            data.append(_shared(values))
-        else:
-            data.append(values)
+        data.append(column_of(col.to_list(), code))
     return Columns(tuple(frame.columns), tuple(data))
 
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from functools import cache, partial, reduce
@@ -55,7 +54,7 @@ from operator import add
 from typing import Any, ClassVar, overload
 from weakref import WeakKeyDictionary
 
-from preemptdiag.model.records import CALM_COLUMNS, CALM_MEANS, CalmRows, Columns
+from preemptdiag.model.records import CALM_COLUMNS, CALM_MEANS, CalmRows, Columns, column_of
 from preemptdiag.scan import lane
 from preemptdiag.scan.bulk import _BAD, _converted
 from preemptdiag.scan.matcher import Matcher, ScanResult
@@ -964,13 +963,6 @@ def _means(sums: list[float], counts: list[int]) -> list[float | None]:
 
 
 def _column(code: str, values: list[Any]) -> Sequence[Any]:
-    """A column as lane.plain_columns keeps it: floats (`d`) or ints (`q`) with no gap
-    an array, strings (`s`) that repeat one object each, anything else the list."""
-    if code in ("d", "q"):
-        try:
-            return array(code, values)
-        except TypeError:
-            return values  # (a gap: None)
-    if code == "s" and len(set(values)) * 2 <= len(values):
-        return lane._shared(values)
-    return values
+    """A column as lane.plain_columns keeps it (records.column_of): `d` floats, `q`
+    ints, `s` strings."""
+    return column_of(values, code if code in ("d", "q") else None)

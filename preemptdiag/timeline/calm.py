@@ -42,6 +42,7 @@ from preemptdiag.model.records import (
     Class,
     Columns,
     Confidence,
+    Const,
     Event,
     FieldValue,
     Hit,
@@ -630,8 +631,15 @@ def _texts_of(r: CalmRows, columns: tuple[Sequence[Any], ...]) -> _Texts:
         *(c for c in r.constants.values() if type(c) is str),
         *r.fields,
     )
-    lists = tuple(j for j in range(_K_FIELDS, len(columns)) if not isinstance(columns[j], array))
+    lists = tuple(j for j in range(_K_FIELDS, len(columns)) if _may_hold_text(columns[j]))
     return shared, lists
+
+
+def _may_hold_text(column: Sequence[Any]) -> bool:
+    """Not an array of numbers, nor one number or None in every row."""
+    if isinstance(column, Const):
+        return type(column.value) is str
+    return not isinstance(column, array)
 
 
 _Texts = tuple[tuple[str, ...], tuple[int, ...]]
