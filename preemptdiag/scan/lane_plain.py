@@ -153,20 +153,25 @@ def _plain_sigs(matcher: Matcher) -> tuple[Signature, ...]:
 # A block is worth this lane with at least this many lines holding a plain
 # signature's literal, and one in WORTH_SHARE of its lines: fewer cost less one at a
 # time than a finditer over the whole block (a GiB of request logging, a stats line
-# among hundreds of request lines: none tried).
-WORTH_LINES, WORTH_SHARE = 64, 8
+# among hundreds of request lines: none tried). Its first WORTH_SAMPLE bytes are
+# counted first: counting a whole block's newlines and literal is ~0.75 ms, 0.8 s of
+# CPU over a GiB of request logging (measured), and its head says no in ~30 us.
+WORTH_LINES, WORTH_SHARE, WORTH_SAMPLE = 64, 8, 64 << 10
 
 
 def worth(matcher: Matcher, block: bytearray, size: int) -> bool:
     """Whether block[:size] is dense enough with plain lines to try (bytes counted)."""
     if not ENABLED:
         return False
-    lines = block.count(b"\n", 0, size)
+    head = min(size, WORTH_SAMPLE)
     for sig in _plain_sigs(matcher):
         full = _full(sig)
         assert full is not None
-        n = block.count(full.literal.encode(), 0, size)
-        if n >= WORTH_LINES and n * WORTH_SHARE >= lines:
+        literal = full.literal.encode()
+        if block.count(literal, 0, head) * WORTH_SHARE < block.count(b"\n", 0, head):
+            continue
+        n = block.count(literal, 0, size)
+        if n >= WORTH_LINES and n * WORTH_SHARE >= block.count(b"\n", 0, size):
             return True
     return False
 
