@@ -168,7 +168,9 @@ def worth(matcher: Matcher, block: bytearray, size: int) -> bool:
         full = _full(sig)
         assert full is not None
         literal = full.literal.encode()
-        if block.count(literal, 0, head) * WORTH_SHARE < block.count(b"\n", 0, head):
+        sampled = block.count(literal, 0, head)
+        # (a few in 64 KiB: no need to count its lines)
+        if sampled < 4 or sampled * WORTH_SHARE < block.count(b"\n", 0, head):
             continue
         n = block.count(literal, 0, size)
         if n >= WORTH_LINES and n * WORTH_SHARE >= block.count(b"\n", 0, size):
