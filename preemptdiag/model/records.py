@@ -174,7 +174,6 @@ CALM_COLUMNS = (
     "peak_line",
     "peak_pos",
     "peak_text",
-    "peak_stamp",  # the engine stamp (vLLM) or the wrapper stamp (SGLang) of the peak line
     "peak_second",
     "peak_proc",
 )

@@ -1058,7 +1058,6 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         "peak_line": take(r.lineno, peak, pl.Int64),
         "peak_pos": take(r.start, peak, pl.Int64),
         "peak_text": take(r.texts, peak, pl.Utf8),
-        "peak_stamp": stamp_peak,
         "peak_second": _two_digits(stamp_peak, at + 6),
         "peak_proc": take(r.proc, peak, pl.Utf8),
     }

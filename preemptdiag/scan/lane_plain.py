@@ -941,7 +941,6 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "peak_line": ("q", take(r.lineno, peak)),
         "peak_pos": ("q", take(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),
-        "peak_stamp": ("s", stamp_peak),
         "peak_second": ("q", [int(t[12:14]) for t in stamp_peak]),
         "peak_proc": ("s", take(r.proc, peak)),
     }
