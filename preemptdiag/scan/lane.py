@@ -415,8 +415,8 @@ def _runnable(pattern: str) -> str | None:
 
 
 def _readable(sig: Signature) -> bool:
-    """Whether the lane reads sig's fields as Builder would: numbers where Builder
-    aggregates (an int preemption count), no constant in their place."""
+    """Whether the lane runs sig's pattern (in polars, or its plain shape) and reads
+    its fields as Builder would (fields_readable)."""
     if _lane_pattern(sig) is None and _plain(sig) is None:
         return False
     return fields_readable(sig)

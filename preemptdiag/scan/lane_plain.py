@@ -58,7 +58,7 @@ from preemptdiag.model.records import CALM_COLUMNS, CALM_MEANS, CalmRows, Column
 from preemptdiag.scan import lane
 from preemptdiag.scan.bulk import _BAD, _converted
 from preemptdiag.scan.matcher import Matcher, ScanResult
-from preemptdiag.scan.prefilter import HAVE_AHOCORASICK, HAVE_HYPERSCAN
+from preemptdiag.scan.prefilter import HAVE_AHOCORASICK, HAVE_HYPERSCAN, hs_database
 from preemptdiag.scan.rollup import (
     AGG_FIELDS,
     KV,
@@ -68,6 +68,7 @@ from preemptdiag.scan.rollup import (
     snap6,
     stamp,
     stamp_of,
+    stats_preemptions,
 )
 from preemptdiag.scan.rust_regex import anchored, ascii_only
 from preemptdiag.scan.signatures import _INT_LIMIT, FLOAT_LIMIT, PERCENT_LIMIT, Signature
@@ -493,14 +494,7 @@ def _one_each(values: list[str | None]) -> list[str | None]:
 
 def _preemptions(r: lane._Rows, i: int) -> tuple[int, bool]:
     """rollup.stats_preemptions of line i."""
-    p, pr, rr = (r.typed[k][i] if k in r.typed else None for k in lane._PREEMPT_FIELDS)
-    if isinstance(p, int) and p > 0:
-        return p, False
-    if isinstance(pr, int) and pr > 0:
-        return pr, True
-    if isinstance(rr, int) and rr > 0:
-        return rr, False
-    return 0, False
+    return stats_preemptions({k: r.typed[k][i] for k in lane._PREEMPT_FIELDS if k in r.typed})
 
 
 def _alone(matcher: Matcher, sig: Signature, full: _Full, block: _Block, text: str) -> bool:
@@ -652,14 +646,7 @@ class _Literals:
         if not self.literals:
             return
         if HAVE_HYPERSCAN:
-            patterns = [b"".join(b"\\x%02x" % c for c in lit) for lit in self._bytes]
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(
-                expressions=patterns,
-                ids=list(range(len(patterns))),
-                flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(patterns),
-            )
-            self._hs = db
+            self._hs = hs_database(self._bytes, hyperscan.HS_FLAG_SINGLEMATCH)
         elif HAVE_AHOCORASICK:
             self._ac = BytesAhoCorasick(self._bytes, matchkind=MatchKind.Standard)
 

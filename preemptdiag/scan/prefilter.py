@@ -87,15 +87,16 @@ def _reduce(literals: Sequence[bytes]) -> tuple[tuple[bytes, ...], bool]:
     return tuple(kept), False
 
 
-def _hs_database(literals: Sequence[bytes]) -> hyperscan.Database:
+def hs_database(literals: Sequence[bytes], flags: int = 0) -> hyperscan.Database:
     # One pattern per literal, every byte escaped as \xHH: literals may hold regex
     # syntax or any byte (the binding's pure-literal mode stops at a NUL). A cleverer
     # single pattern, `(?:lits)[^\n]*$`, would report each line once, but this build
     # misses it when a 2-byte literal ends the buffer (found by the property test);
-    # plain literals scan as fast (measured).
+    # plain literals scan as fast (measured). `flags` for each (lane_plain.py: each
+    # literal reported once).
     patterns = [b"".join(b"\\x%02x" % c for c in lit) for lit in literals]
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    db.compile(expressions=patterns, ids=list(range(len(patterns))), flags=0)
+    db.compile(expressions=patterns, ids=list(range(len(patterns))), flags=[flags] * len(patterns))
     return db
 
 
@@ -124,7 +125,7 @@ class LineFinder:
         if not self.literals:
             return
         if engine == "hyperscan":
-            self._hs = _hs_database(self.literals)
+            self._hs = hs_database(self.literals)
         elif engine == "aho":
             # Leftmost-first is what enables the SIMD prefilter (standard matching
             # disables it); it still reports at least one match in every line that
