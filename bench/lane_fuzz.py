@@ -167,7 +167,7 @@ def calm_differs(path: Path, block: int, tally: Tally) -> str | None:
 
     def counted(*args: Any) -> Any:
         got = real(*args)
-        tally.calm_minutes += len(got or ())
+        tally.calm_minutes += sum(p.minutes for p in got or ())
         return got
 
     for on in (False, True):

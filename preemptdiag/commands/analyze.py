@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta, timezone
 from enum import Enum
 from functools import partial
+from itertools import groupby
 from pathlib import Path
 
 from preemptdiag import __version__
@@ -60,8 +61,9 @@ from preemptdiag.scan.parallel import dense, plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
-from preemptdiag.timeline.calm import Placed, Weights, place, weights
+from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, weights
 from preemptdiag.timeline.calm import lines as calm_lines
+from preemptdiag.timeline.calm import lines_of as calm_lines_of
 from preemptdiag.timeline.calm import windows as calm_windows
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
 from preemptdiag.timeline.knobs import read_facts
@@ -218,13 +220,17 @@ def _redact_windows(windows: Sequence[Window], redactor: Redactor) -> list[Windo
     """Each window redacted (_redact_window); a chunk's ReadWindows as they are when
     redaction leaves all their evidence lines as they are."""
     out: list[Window] = []
-    for i in range(0, len(windows), _REDACT_CHUNK):
-        chunk = windows[i : i + _REDACT_CHUNK]
-        read = [w.evidence_line()[4] for w in chunk if isinstance(w, ReadWindow)]
-        kept = bool(read) and redactor.keeps(read)
-        out += [
-            w if kept and isinstance(w, ReadWindow) else _redact_window(w, redactor) for w in chunk
-        ]
+    for kind, run in groupby(windows, type):
+        group = list(run)
+        if not issubclass(kind, ReadWindow):
+            out += [_redact_window(w, redactor) for w in group]
+            continue
+        for i in range(0, len(group), _REDACT_CHUNK):
+            chunk: list[ReadWindow] = group[i : i + _REDACT_CHUNK]  # type: ignore[assignment]
+            if redactor.keeps(kind.evidence_lines(chunk)[4]):
+                out += chunk
+            else:
+                out += [_redact_window(w, redactor) for w in chunk]
     return out
 
 
@@ -368,10 +374,10 @@ def _judge(
     late = {s.replica for s in vis.settled}
     if late:
         summed = sum(e.lines for e in events if e.rollup is not None and e.replica in late)
-        summed += sum(p.n for p in calm if p.replica in late)
+        summed += calm_lines_of(calm, late)
         if summed and again and summed <= LINE_BY_LINE_MAX_LINES:
             return Again.ROLLUPS
-        if late & {p.replica for p in calm}:
+        if late & replicas_of(calm):
             return Again.CALM  # (the minutes' lines must be reads and drains at least)
     windows = classify(
         built,

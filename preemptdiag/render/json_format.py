@@ -315,8 +315,7 @@ def _read_windows_json(ws: list[ReadWindow], indent: str) -> list[str] | None:
     one function over the column, a field with one text in every window written into
     the template's pieces; None when a value is not a plain scalar (window_json
     then, a window at a time)."""
-    attrs = list(map(_window_attrs, ws))
-    lines = [w.evidence_line() for w in ws]
+    read = type(ws[0])
     times: dict[datetime | None, str | None] = {}  # (a window's end is the next one's start)
     made: list[Sequence[Any]] = [
         col
@@ -326,10 +325,10 @@ def _read_windows_json(ws: list[ReadWindow], indent: str) -> list[str] | None:
         else _finite_column(col)
         if make is common.finite
         else list(map(make, col))
-        for make, col in zip(_WINDOW_MAKE, zip(*attrs, strict=True), strict=True)
+        for make, col in zip(_WINDOW_MAKE, read.columns(ws, _WINDOW_ATTRS), strict=True)
     ]
     # (_line_values' columns: the kind as str, the time as iso)
-    file, line, sig, kind, text, ts = zip(*lines, strict=True)
+    file, line, sig, kind, text, ts = read.evidence_lines(ws)
     made += [file, line, sig, [str(k) for k in kind], text, _iso_column(ts, times)]
     pieces = list(_one_event_pieces(indent))
     glue = [pieces[0]]  # the template's text before each varying field, and after

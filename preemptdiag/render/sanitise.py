@@ -14,6 +14,7 @@ report is cleaned, not the output, all four formats show the same text.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 import regex  # type: ignore[import-untyped, unused-ignore]
 
-from preemptdiag.model.records import Event, ReadWindow, Window
+from preemptdiag.model.records import Event, ReadWindow, Window, is_printable
 
 T = TypeVar("T")
 
@@ -225,13 +226,30 @@ class _Walk:
         return dataclasses.replace(obj, **{names[i]: v for i, v in changes.items()})
 
     def _seq(self, obj: tuple[Any, ...] | list[Any]) -> Any:
-        changes = self._row(obj if type(obj) is tuple else tuple(obj))
+        row = obj if type(obj) is tuple else tuple(obj)
+        changes = self._long(row) if len(row) >= _MANY else self._row(row)
         if not changes:
             return obj
         items = list(obj)
         for i, v in changes.items():
             items[i] = v
         return type(obj)(items)
+
+    def _long(self, items: tuple[Any, ...]) -> dict[int, Any]:
+        """_row of a long sequence (a month's windows): each run of ReadWindows of one
+        class whose texts are all printable (ReadWindow.printable, the run at once)
+        is left as it is; every other item is walked."""
+        changes = {}
+        at = 0
+        for kind, run in itertools.groupby(items, type):
+            group = list(run)
+            if not (issubclass(kind, ReadWindow) and kind.printable(group)):
+                for i, item in enumerate(group, at):
+                    new = self.walk(item)
+                    if new is not item:
+                        changes[i] = new
+            at += len(group)
+        return changes
 
     def _map(self, obj: Mapping[Any, Any]) -> Any:
         if (self.clean.issuperset(obj) or not self._row(tuple(obj))) and not self._row(
@@ -242,13 +260,14 @@ class _Walk:
 
 
 _NUMBERS = frozenset((int, float, bool, type(None)))
+_MANY = 64  # (a sequence this long is looked at for runs of ReadWindows first)
 
 
 def _printable(texts: list[str] | None) -> bool:
     """Whether every text is clean, found in one call: a joined text is printable
     only if each is, and isprintable() is false for every character clean() changes
     (a text with one goes the walk's way)."""
-    return texts is not None and "".join(texts).isprintable()
+    return texts is not None and is_printable("".join(texts))
 
 
 def _one(i: int, row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -26,12 +26,14 @@ logs.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 from preemptdiag.model.records import (
@@ -51,11 +53,11 @@ from preemptdiag.model.records import (
     RollupStats,
     Window,
     WrapperStamp,
+    is_printable,
 )
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
 from preemptdiag.timeline.events import stamp_event
-from preemptdiag.timeline.windows import window_start
 
 _KV, _RUNNING, _WAITING, _PROMPT, _GEN, _SWAPPED = (
     AGG_FIELDS.index(k)
@@ -90,16 +92,24 @@ _FIELDS = len(CALM_COLUMNS)
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """A calm minute on the timeline: its row (`k`) of `rows`, its lines, replica,
-    first line's time and window. (Its row's values are read when its window is
-    made: a month's rows as Python values were ~60 MB.)"""
+    """The calm minutes of a frame of rows on the timeline: for each row, its replica,
+    first line's time and window (their values are read when their windows are made:
+    a month's rows as Python values were ~60 MB), and its lines (`n`, the frame's
+    column: it goes once read)."""
 
     rows: CalmRows
-    k: int
-    n: int
-    replica: str
-    ts: datetime
-    wstart: int
+    replicas: list[str]
+    ts: list[datetime]
+    wstarts: list[int]
+    n: Sequence[int]
+
+    @property
+    def minutes(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def lines(self) -> int:
+        return sum(self.n)
 
 
 def _minute(r: CalmRows, row: tuple[Any, ...]) -> CalmMinute:
@@ -204,8 +214,9 @@ def _peak_hit(
 def place(
     calm: Sequence[CalmRows], hits: Sequence[Hit], events: Sequence[Event], seconds: int
 ) -> list[Placed] | None:
-    """The calm minutes of one file on the timeline (see the module docstring); `hits`:
-    the file's hits, `events`: what build_events made of every file's."""
+    """The calm minutes of one file on the timeline, a frame at a time (see the module
+    docstring); `hits`: the file's hits, `events`: what build_events made of every
+    file's."""
     if not calm:
         return []
     source = calm[0].source
@@ -226,8 +237,11 @@ def place(
     for r in calm:
         kind = "w" if r.sglang else "e"
         assert r.frame is not None
-        cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second", "n")
-        for i, (line, day, hour, minute, second, n) in enumerate(cols):
+        replicas: list[str] = []
+        times: list[datetime] = []
+        starts: list[int] = []
+        cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
+        for line, day, hour, minute, second in cols:
             k = bisect_left(lines, line)
             if not k:
                 return None
@@ -242,10 +256,23 @@ def place(
             ts = e.ts.replace(hour=hour, minute=minute, second=second, microsecond=0)
             if ts > latest:
                 return None
-            start = window_start(ts, seconds)
-            assert start is not None
-            out.append(Placed(r, i, n, e.replica, ts, start))
+            epoch = int(ts.timestamp())  # (windows.window_start)
+            replicas.append(e.replica)
+            times.append(ts)
+            starts.append(epoch - epoch % seconds)
+        out.append(Placed(r, replicas, times, starts, r.frame.column("n")))
     return out
+
+
+def lines_of(placed: Iterable[Placed], replicas: set[str]) -> int:
+    """The calm minutes' lines of these replicas."""
+    return sum(
+        n for p in placed for replica, n in zip(p.replicas, p.n, strict=True) if replica in replicas
+    )
+
+
+def replicas_of(placed: Iterable[Placed]) -> set[str]:
+    return {replica for p in placed for replica in set(p.replicas)}
 
 
 def _dating(h: Hit, timed: Mapping[tuple[int, int, str], Event]) -> tuple[object, Event] | None:
@@ -274,20 +301,23 @@ def weights(placed: Iterable[Placed]) -> Weights:
     """The calm minutes' lines by replica and by what detect_engine counts a line as:
     all it needs of them once their windows are made."""
     out: Weights = {}
-    reads: dict[int, list[tuple[tuple[str, FieldValue], ...]]] = {}
     for p in placed:
         r = p.rows
-        got = reads.get(id(r))
-        if got is None:
-            got = reads[id(r)] = _reads(r)
-        key = (p.replica, got[p.k] if len(got) > 1 else got[0], r.engine)
-        out[key] = out.get(key, 0) + p.n
+        reads = _reads(r)
+        if len(reads) == 1 and p.replicas.count(p.replicas[0]) == len(p.replicas):
+            key = (p.replicas[0], reads[0], r.engine)  # (the usual: one of each a frame)
+            out[key] = out.get(key, 0) + p.lines
+            continue
+        each = reads if len(reads) > 1 else reads * len(p.replicas)
+        for replica, read, n in zip(p.replicas, each, p.n, strict=True):
+            key = (replica, read, r.engine)
+            out[key] = out.get(key, 0) + n
     return out
 
 
 def _reads(r: CalmRows) -> list[tuple[tuple[str, FieldValue], ...]]:
-    """What detect_engine reads of each row's peak line (one, when it is the same for
-    all: the fields it reads are the signature's constants)."""
+    """What detect_engine reads of each row's peak line (one, for all, when the fields
+    it reads are the signature's constants)."""
     names = [k for k in ("engine", "generation") if k in r.fields or k in r.constants]
     if not any(k in r.fields for k in names):
         return [tuple((k, r.constants[k]) for k in names)]
@@ -295,9 +325,7 @@ def _reads(r: CalmRows) -> list[tuple[tuple[str, FieldValue], ...]]:
     columns = [
         r.frame.column(f"f_{k}") if k in r.fields else [r.constants[k]] * r.height for k in names
     ]
-    reads = [tuple(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-    # (two rows at least: one read is taken as the same for all)
-    return reads if len(reads) > 1 else reads * 2
+    return [tuple(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def lines(
@@ -328,49 +356,80 @@ def windows(
     is read (a month of them is ~24 MiB, and its windows hold what they need)."""
     if not placed:
         return list(others)
-    groups: dict[tuple[str, int], list[Placed]] = {}
+    keys: list[tuple[str, int]] = []  # (replica, window) of each minute, frame by frame
     for p in placed:
-        groups.setdefault((p.replica, p.wstart), []).append(p)
+        keys += zip(p.replicas, p.wstarts, strict=True)
     taken = {(w.replica, _epoch(w.start)) for w in others}
-    if not taken.isdisjoint(groups):
+    if not taken.isdisjoint(keys):
         return None
+    # (windows of several minutes: a minute cut by a block's end, a clock's two streams)
+    several = (
+        {key for key, n in Counter(keys).items() if n > 1} if len(set(keys)) < len(keys) else set()
+    )
+    frames: list[Placed | None] = list(placed)
     placed.clear()
     # Each row is read once, frame by frame: a window of one minute is made as its row
     # comes by, the rows of a window of several are kept until it is made.
-    where: dict[int, tuple[CalmRows, dict[int, tuple[tuple[str, int], Placed, bool]]]] = {}
-    for key, ps in groups.items():
-        for p in ps:
-            where.setdefault(id(p.rows), (p.rows, {}))[1][p.k] = (key, p, len(ps) == 1)
-    several = {key: ps for key, ps in groups.items() if len(ps) > 1}
-    del groups
-    made: dict[tuple[str, int], Window] = {}
-    kept: dict[tuple[int, int], tuple[Any, ...]] = {}
+    made: list[Window] = []
+    order: list[tuple[str, bool, datetime]] = []  # (_order of each)
+    kept: dict[tuple[str, int], list[_Kept]] = {}
     whys: dict[str, str] = {}
     # (a window's end is the next one's start, one object: 48 bytes a window)
     last_at, last_end = -1, _EPOCH
-    while where:
-        _, (r, wanted) = where.popitem()
-        # (what a calm window reads of its rows: the columns it keeps, without the
-        # rest of the frame, which goes now)
-        frame = r.frame
+    at = 0
+    for f, got in enumerate(frames):
+        assert got is not None
+        frames[f] = None  # (its frame goes once read)
+        r, frame = got.rows, got.rows.frame
         assert frame is not None
+        # (what a calm window reads of its rows: the columns it keeps, without the
+        # rest of the frame)
         bare, columns = replace(r, frame=None), keeps(r)
         texts = _texts_of(bare, columns)
-        for i, (key, p, alone) in sorted(wanted.items()):
-            if alone:
-                replica, wstart = key
-                start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
-                end = start + timedelta(seconds=seconds)
-                last_at, last_end = wstart + seconds, end
-                made[key] = CalmWindow.of(
-                    replica, start, end, bare, p.ts, frame, i, columns, texts, judged, whys
-                )
-            else:
-                kept[id(r), i] = tuple(column[i] for column in frame.data)
-    for key, ps in several.items():
-        made[key] = _window(key, [(p, kept[id(p.rows), p.k]) for p in ps], seconds, judged)
-    calm = [made[key] for key in sorted(made)]
-    return list(heapq.merge(others, calm, key=_order))
+        for i, (replica, ts, wstart) in enumerate(
+            zip(got.replicas, got.ts, got.wstarts, strict=True)
+        ):
+            if several and keys[at + i] in several:
+                row = tuple(column[i] for column in frame.data)
+                kept.setdefault(keys[at + i], []).append((bare, replica, ts, row))
+                continue
+            start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
+            end = start + timedelta(seconds=seconds)
+            last_at, last_end = wstart + seconds, end
+            made.append(
+                CalmWindow.of(replica, start, end, bare, ts, frame, i, columns, texts, judged, whys)
+            )
+            order.append((replica, False, start))
+        at += got.minutes
+    for key, ps in kept.items():
+        w = _window(key, ps, seconds, judged)
+        made.append(w)
+        order.append(_order(w))
+    if several or any(a >= b for a, b in pairwise(order)):
+        by = sorted(range(len(made)), key=order.__getitem__)
+        made, order = [made[k] for k in by], [order[k] for k in by]
+    return _merged(others, made, order)
+
+
+# A minute of a window of several: its rows (without their frame), replica, first
+# line's time and row.
+_Kept = tuple[CalmRows, str, datetime, tuple[Any, ...]]
+
+
+def _merged(
+    others: Sequence[Window], calm: list[Window], order: list[tuple[str, bool, datetime]]
+) -> list[Window]:
+    """heapq.merge(others, calm) by _order (`order`: calm's): each of the few others
+    put before the first calm window not before it."""
+    out: list[Window] = []
+    at = 0
+    for w in others:
+        k = bisect_left(order, _order(w), lo=at)
+        out += calm[at:k]
+        out.append(w)
+        at = k
+    out += calm[at:]
+    return out
 
 
 def _order(w: Window) -> tuple[str, bool, datetime]:
@@ -384,15 +443,10 @@ def _epoch(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp())
 
 
-def _window(
-    key: tuple[str, int],
-    ps: list[tuple[Placed, tuple[Any, ...]]],
-    seconds: int,
-    judged: Judged,
-) -> Window:
+def _window(key: tuple[str, int], ps: list[_Kept], seconds: int, judged: Judged) -> Window:
     """The window of these calm minutes (with their rows), as build_windows aggregates
     their lines."""
-    made = [_Made(_minute(p.rows, row), p.replica, p.ts) for p, row in ps]
+    made = [_Made(_minute(rows, row), replica, ts) for rows, replica, ts, row in ps]
     stats = [m.minute.stats for m in made]
     top = max(s.peak_kv for s in stats)
     at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
@@ -623,6 +677,132 @@ class CalmWindow(ReadWindow):
             *shared,
             *(f for f in values if type(f) is str),
         ]
+
+    # Read a column at a time (records.ReadWindow.columns): a run of a month's windows
+    # is a few runs of rows of frames, read as slices of their kept columns.
+
+    @classmethod
+    def columns(cls, ws: Sequence[ReadWindow], names: Sequence[str]) -> list[list[Any]]:
+        calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
+        runs = _runs(calm)
+        out: list[list[Any]] = []
+        for name in names:
+            if name in _CALM:
+                out.append([_CALM[name]] * len(calm))
+            elif name in _HELD:
+                out.append(list(map(_HELD[name], calm)))
+            elif name in _READ:
+                j, make = _READ[name]
+                got = _gather(runs, j)
+                out.append(got if make is None else make(got))
+            elif name == "kv_peak_running":
+                # (as the property's: no peak line when the peak is a NaN)
+                kvs, running = _gather(runs, _K_PEAK_KV), _gather(runs, _K_PEAK_RUNNING)
+                out.append([r if k == k else None for k, r in zip(kvs, running, strict=True)])
+            else:
+                out.append(list(map(attrgetter(name), calm)))
+        return out
+
+    @classmethod
+    def evidence_lines(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
+        calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
+        runs = _runs(calm)
+        per_run: list[list[Any]] = [[], [], []]  # source, sig, kind
+        for rows, _, a, b in runs:
+            for column, value in zip(per_run, (rows.source, rows.sig, rows.kind), strict=True):
+                column += [value] * (b - a)
+        source, sig, kind = per_run
+        return [
+            source,
+            _gather(runs, _K_LINE),
+            sig,
+            kind,
+            list(map(_TEXT, calm)),
+            list(map(_TS, calm)),
+        ]
+
+    @classmethod
+    def printable(cls, ws: Sequence[ReadWindow]) -> bool:
+        calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
+        runs = _runs(calm)
+        # Each run's frame's shared texts and its str fields' values, then every
+        # window's own: its replica, why, line text and process name (texts()).
+        texts: list[str] = []
+        for rows, columns, a, b in runs:
+            shared, lists = _texts_of(rows, columns)
+            texts += shared
+            for j in lists:
+                values = columns[j][a:b]
+                if not _PLAIN.issuperset(map(type, values)):
+                    return False
+                texts += [v for v in values if type(v) is str]
+            texts += [p for p in columns[_K_PROC][a:b] if p is not None]
+        texts += set(map(_REPLICA, calm))
+        texts += set(map(_WHY, calm))
+        texts += map(_TEXT, calm)
+        return is_printable("".join(texts))
+
+
+_Run = tuple[CalmRows, tuple[Sequence[Any], ...], int, int]
+
+
+def _runs(ws: Sequence[CalmWindow]) -> list[_Run]:
+    """ws as runs of consecutive rows of one frame: (its rows, their kept columns,
+    first row, row after the last)."""
+    if not ws:
+        return []
+    first = ws[0]
+    rows = list(map(_I, ws))
+    frames = list(map(id, map(_C, ws)))
+    a = rows[0]
+    if frames.count(frames[0]) == len(ws) and rows == list(range(a, a + len(ws))):
+        return [(first._rows, first._c, a, a + len(ws))]  # (the usual: one run)
+    out: list[_Run] = []
+    for w in ws:
+        i = w._i
+        if out and out[-1][1] is w._c and out[-1][3] == i:
+            r, c, a, _ = out[-1]
+            out[-1] = (r, c, a, i + 1)
+        else:
+            out.append((w._rows, w._c, i, i + 1))
+    return out
+
+
+def _gather(runs: list[_Run], j: int) -> list[Any]:
+    """Kept column j of each run's rows, one list."""
+    out: list[Any] = []
+    for _, columns, a, b in runs:
+        out += columns[j][a:b]
+    return out
+
+
+def _ints(values: list[Any]) -> list[Any]:
+    return list(map(int, values))
+
+
+def _ints_or_none(values: list[Any]) -> list[Any]:
+    return [None if v is None else int(v) for v in values]
+
+
+_I, _C, _TEXT, _TS, _REPLICA, _WHY = (
+    attrgetter(name) for name in ("_i", "_c", "_text", "_ts", "_replica", "_why")
+)
+# What CalmWindow.columns reads of a window's own slots, and of its kept columns
+# (with what its property makes of the value).
+_HELD = {name: attrgetter(f"_{name}") for name in ("replica", "start", "end", "confidence", "why")}
+_READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {
+    "n_events": (_K_N, _ints),
+    "n_stats": (_K_N, _ints),
+    "kv_max": (_K_KV, None),
+    "kv_mean": (_K_KV_MEAN, None),
+    "running_max": (_K_RUNNING, _ints_or_none),
+    "running_mean": (_K_RUNNING_MEAN, None),
+    "swapped_first": (_K_SWAPPED_FIRST, None),
+    "swapped_last": (_K_SWAPPED_LAST, None),
+    "swapped_max": (_K_SWAPPED, _ints_or_none),
+    "prompt_tput": (_K_PROMPT, None),
+    "gen_tput": (_K_GEN, None),
+}
 
 
 def _texts_of(r: CalmRows, columns: tuple[Sequence[Any], ...]) -> _Texts:

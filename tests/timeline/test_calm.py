@@ -39,7 +39,7 @@ class _Spy:
 
         def place(*args: Any) -> list[calm.Placed] | None:
             got = real_place(*args)
-            self.placed += len(got or ())
+            self.placed += sum(p.minutes for p in got or ())
             return got
 
         def judged(*args: Any) -> Any:
@@ -106,7 +106,11 @@ from preemptdiag.cli import main
 
 parallel.PARALLEL_MIN_BYTES, bulk.AFTER_LINES, passes.BLOCK_BYTES = 1, 0, 1 << 16
 real, placed = analyze.place, []
-analyze.place = lambda *a: placed.append(len(got := real(*a) or ())) or got
+def place(*a):
+    got = real(*a)
+    placed.append(sum(p.minutes for p in got or ()))
+    return got
+analyze.place = place
 code = main(sys.argv[1:])
 print("polars" in sys.modules, sum(placed), file=sys.stderr)
 sys.exit(code)

@@ -25,7 +25,7 @@ import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
-from preemptdiag.model.records import ReadWindow, Window
+from preemptdiag.model.records import ReadWindow, Window, is_printable
 from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
@@ -108,6 +108,49 @@ def test_a_run_of_them_is_written_as_their_plain_windows(
     w = _with_text(_calm(on)[0], "Engine 000: \x1b]0;title\x07 {braces} \u202e")
     run = [w, *_calm(on)[1:4]]
     assert windows_json(run) == [window_json(_plain(x)) for x in run]
+
+
+def _runs_of(calm: list[CalmWindow]) -> list[list[CalmWindow]]:
+    """Runs the column readers meet: all, one, rows of two frames, rows out of order,
+    a row twice."""
+    return [calm, calm[:1], calm[3:5], calm[::3], calm[::-1], [calm[2], calm[2], calm[0]]]
+
+
+def test_a_run_of_them_reads_a_column_at_a_time_as_one_at_a_time(
+    pair: tuple[list[Window], list[Window]],
+) -> None:
+    calm = _calm(pair[0])
+    # (rows of several frames: the fixture's blocks are 64 KiB)
+    assert len({id(w._c) for w in calm}) > 2
+    names = [f.name for f in fields(Window) if f.name != "evidence"]
+    for run in _runs_of(calm):
+        got, want = CalmWindow.columns(run, names), ReadWindow.columns(run, names)
+        assert got == want
+        assert [list(map(type, c)) for c in got] == [list(map(type, c)) for c in want]
+        assert CalmWindow.evidence_lines(run) == ReadWindow.evidence_lines(run)
+        assert CalmWindow.printable(run) is ReadWindow.printable(run) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "printable"),
+    [
+        ("Engine 000: \x1b]0;title\x07 GPU KV", False),
+        ("Engine 000: \u202e GPU KV", False),
+        ("Engine 000: \u00e9t\u00e9 GPU KV", True),
+        ("Engine 000:\tGPU KV", False),
+    ],
+)
+def test_a_run_with_a_text_to_clean_is_not_printable(
+    pair: tuple[list[Window], list[Window]], text: str, printable: bool
+) -> None:
+    calm = _calm(pair[0])
+    run = [*calm[:3], _with_text(calm[3], text), *calm[4:9]]
+    assert CalmWindow.printable(run) is ReadWindow.printable(run) is printable
+    assert is_printable(text) is text.isprintable() is printable
+    assert CalmWindow.evidence_lines(run) == ReadWindow.evidence_lines(run)
+    # (the sanitiser then walks the run's windows one by one: the text is cleaned)
+    cleaned = sanitised(tuple([*run, *pair[1][: 64 - len(run)]]))
+    assert [_plain(w) for w in cleaned[: len(run)]] == [sanitised(_plain(w)) for w in run]
 
 
 def test_a_copy_of_one_is_a_plain_window(pair: tuple[list[Window], list[Window]]) -> None:
