@@ -360,20 +360,6 @@ def test_convert_is_the_converters(raw: list[str], typ: str) -> None:
         }
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.text("ab c:\n", min_size=1, max_size=4), min_size=1, max_size=6),
-    st.text("ab c:\n", max_size=60),
-    st.sampled_from(["hyperscan", "aho", "python"]),
-)
-def test_literals_found_by_every_engine(literals: list[str], text: str, engine: str) -> None:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lane_plain, "HAVE_HYPERSCAN", engine == "hyperscan")
-        mp.setattr(lane_plain, "HAVE_AHOCORASICK", engine == "aho")
-        finder = lane_plain._Literals(tuple(literals))
-    assert finder.found(text.encode()) == {lit for lit in literals if lit in text}
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(min_value=0.0, max_value=1e15, allow_nan=False), max_size=12))
 def test_sum_adds_one_value_at_a_time(values: list[float]) -> None:

@@ -308,3 +308,17 @@ def test_split_ranges_shapes(tmp_path: Path) -> None:
     assert split_ranges(p, 3) == [(0, 3674), (3674, 7337), (7337, 11000)]
     with pytest.raises(ValueError):
         split_ranges(p, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text("ab c:\n", min_size=1, max_size=4), min_size=1, max_size=6),
+    st.text("ab c:\n", max_size=60),
+    st.sampled_from(["hyperscan", "aho", "python"]),
+)
+def test_literals_found_by_every_engine(literals: list[str], text: str, engine: str) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prefilter, "HAVE_HYPERSCAN", engine == "hyperscan")
+        mp.setattr(prefilter, "HAVE_AHOCORASICK", engine == "aho")
+        finder = prefilter.Literals(tuple(literals))
+    assert finder.found(text.encode()) == {lit for lit in literals if lit in text}

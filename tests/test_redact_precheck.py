@@ -107,6 +107,31 @@ def test_the_precheck_never_skips_a_text_a_trigger_fires_on(text: str) -> None:
         assert r.redact(text) == redact_slow(text)
 
 
+def _may_trigger_ac(text: str) -> bool:
+    """_may_trigger's Aho-Corasick passes, which a text under 4 KiB or outside ASCII
+    always takes."""
+    return bool(
+        r._CASED_AC.find_matches_as_indexes(text)
+        or r._LOWER_AC.find_matches_as_indexes(text.lower())
+    )
+
+
+_FILLER = "Avg prompt throughput: 353.8 tokens/s, Running: 15 reqs, Waiting: 0 reqs\n" * 60
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.one_of(_PIECES, st.text(max_size=6)), max_size=8).map("".join),
+    st.integers(0, len(_FILLER)),
+)
+def test_a_long_text_is_prechecked_as_its_lines_would_be(text: str, at: int) -> None:
+    # (a run of windows' evidence lines joined: prefilter.Literals where it is ASCII)
+    long = _FILLER[:at] + text + _FILLER[at:]
+    assert len(long) >= r._FOUND_MIN and r._FOUND_ALL
+    assert r._may_trigger(long) is _may_trigger_ac(long)
+    assert not r._may_trigger(_FILLER)  # (what fires is in the text, or made at its edges)
+
+
 def test_every_line_of_the_samples_redacts_as_before() -> None:
     files = [*ROOT.glob("samples/**/*.log"), *ROOT.glob("tests/fixtures/**/*.log")]
     assert files

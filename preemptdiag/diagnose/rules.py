@@ -6,8 +6,11 @@ looks at consecutive windows of one replica. Thresholds come from config.Thresho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
 from itertools import groupby
+from typing import cast
 
 from preemptdiag.diagnose.stories import (
     cpu_backend,
@@ -28,6 +31,7 @@ from preemptdiag.model.records import (
     ReadWindow,
     Verdict,
     Window,
+    window_columns,
 )
 
 # Most severe first. insufficient_evidence sits above benign: a suspected loop that
@@ -152,20 +156,75 @@ def _rank(w: Window) -> int:
     return r
 
 
-def _episode(windows: Sequence[Window], seconds: int) -> list[Window]:
+# What the verdict reads of every window, a column each (records.window_columns): a
+# healthy month is one run of 43,200 windows, and a property read a window and use
+# was most of the verdict's time.
+@dataclass(frozen=True, slots=True)
+class _Read:
+    replica: list[str]
+    start: list[datetime | None]
+    cls: list[Class]
+    n_stats: list[int]
+    host_ooms: list[int]
+    kv_max: list[float | None]
+    waiting_max: list[int | None]
+
+    @classmethod
+    def of(cls, windows: Sequence[Window]) -> _Read:
+        return cls(*window_columns(windows, _READ))
+
+    def ranks(self) -> list[int]:
+        """_rank of each window."""
+        index = {c: SEVERITY.index(c) for c in set(self.cls)}
+        out = list(map(index.__getitem__, self.cls))
+        if Class.HOST_PRESSURE in index:
+            benign = SEVERITY.index(Class.BENIGN_PREEMPTION)
+            for i, c in enumerate(self.cls):
+                if c is Class.HOST_PRESSURE and not self.host_ooms[i]:
+                    out[i] = benign
+        return out
+
+    def earliest(self, among: list[int]) -> int | None:
+        """The window of `among` with the earliest start (the first such), if one has
+        a start."""
+        dated = [i for i in among if self.start[i] is not None]
+        start = cast(Callable[[int], datetime], self.start.__getitem__)
+        return min(dated, key=start) if dated else None
+
+
+_READ = tuple(f.name for f in fields(_Read))
+
+
+def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Window]:
     """The earliest run of windows (one replica) of the most severe class."""
-    best = min(_rank(w) for w in windows)
-    ordered = sorted(windows, key=lambda w: (w.start is None, w.start or 0, w.replica))
-    first = next(w for w in ordered if _rank(w) == best)
-    same = [w for w in windows if w.replica == first.replica]
-    k = same.index(first)
-    run = [first]
-    for w in same[k + 1 :]:
-        if w.cls is first.cls and _consecutive(run[-1], w, seconds):
-            run.append(w)
-        else:
+    ranks = read.ranks()
+    best = min(ranks)
+    worst = [i for i, r in enumerate(ranks) if r == best]
+    # The first of them by (start, undated last; replica), as a stable sort puts it.
+    k = read.earliest(worst)
+    if k is None:
+        _, k = min(zip([read.replica[i] for i in worst], worst, strict=True))
+    else:
+        _, _, k = min(
+            (read.start[i], read.replica[i], i) for i in worst if read.start[i] == read.start[k]
+        )
+    cls, replica = read.cls[k], read.replica[k]
+    run = [k]
+    prev = read.start[k]
+    for i in range(k + 1, len(windows)):
+        if read.replica[i] != replica:
+            continue  # (another replica's window between two of this one's)
+        start = read.start[i]
+        if (
+            read.cls[i] is not cls
+            or prev is None
+            or start is None
+            or (start - prev).total_seconds() > seconds
+        ):
             break
-    return run
+        run.append(i)
+        prev = start
+    return [windows[i] for i in run]
 
 
 def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
@@ -174,25 +233,40 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
     # (KV usage, the line's event; a ReadWindow's stats line is read without making
     # its event, made only if picked: a healthy month is one run of 43,200 windows)
     stats: list[tuple[float, Event | ReadWindow]] = []
-    for w in run:
-        if isinstance(w, ReadWindow):
-            source, line, _, kind, _, _ = w.evidence_line()
-            if (source, line) not in seen:
-                seen.add((source, line))
-                if kind is Kind.STATS:
-                    stats.append((float(w.evidence_field("kv_usage") or 0.0), w))
-                else:
-                    decisive.append(w.evidence[0])
-            continue
-        for e in w.evidence:
-            key = (e.source, e.line)
-            if key in seen:
+    for kind, group in groupby(run, type):
+        ws = list(group)
+        if issubclass(kind, ReadWindow):
+            reads: list[ReadWindow] = ws  # type: ignore[assignment]
+            source, line, _, kinds, _, _ = kind.evidence_lines(reads)
+            kv = kind.evidence_values(reads, "kv_usage")
+            keys = list(zip(source, line, strict=True))
+            if (
+                kinds.count(Kind.STATS) == len(kinds)
+                and len(set(keys)) == len(keys)
+                and seen.isdisjoint(keys)
+            ):
+                # (the usual: a run of stats lines, each its own, none seen)
+                seen.update(keys)
+                stats += zip([float(usage or 0.0) for usage in kv], reads, strict=True)
                 continue
-            seen.add(key)
-            if e.kind is Kind.STATS:
-                stats.append((float(e.fields.get("kv_usage") or 0.0), e))
-            else:
-                decisive.append(e)
+            for r, key, k, usage in zip(reads, keys, kinds, kv, strict=True):
+                if key not in seen:
+                    seen.add(key)
+                    if k is Kind.STATS:
+                        stats.append((float(usage or 0.0), r))
+                    else:
+                        decisive.append(r.evidence[0])
+            continue
+        for w in ws:
+            for e in w.evidence:
+                key = (e.source, e.line)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if e.kind is Kind.STATS:
+                    stats.append((float(e.fields.get("kv_usage") or 0.0), e))
+                else:
+                    decisive.append(e)
     # Keep the earliest decisive lines and the hottest stats lines.
     stats.sort(key=lambda s: -s[0])
     hottest = [e if isinstance(e, Event) else e.evidence[0] for _, e in stats[:2]]
@@ -212,9 +286,9 @@ def _suspect(w: Window, thr: Thresholds, vis: Visibility) -> bool:
     )
 
 
-def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
-    c = [w for w in windows if w.cls is cls and w.start is not None]
-    return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
+def _first_ts(windows: Sequence[Window], read: _Read, cls: Class) -> Window | None:
+    k = read.earliest([i for i, c in enumerate(read.cls) if c is cls])
+    return None if k is None else windows[k]
 
 
 # "Nothing went wrong" is only as sure as the time the stats lines cover: high needs
@@ -223,9 +297,9 @@ def _first_ts(windows: Sequence[Window], cls: Class) -> Window | None:
 CALM_HIGH_WINDOWS, CALM_HIGH_LINES, CALM_MEDIUM_WINDOWS = 5, 30, 2
 
 
-def _calm_cap(windows: Sequence[Window], replica: str, conf: Confidence) -> tuple[Confidence, str]:
-    seen = [w for w in windows if w.replica == replica and w.n_stats]
-    lines = sum(w.n_stats for w in seen)
+def _calm_cap(read: _Read, replica: str, conf: Confidence) -> tuple[Confidence, str]:
+    seen = [n for r, n in zip(read.replica, read.n_stats, strict=True) if r == replica and n]
+    lines = sum(seen)
     if len(seen) >= CALM_HIGH_WINDOWS and lines >= CALM_HIGH_LINES:
         return conf, ""
     cap = Confidence.MEDIUM if len(seen) >= CALM_MEDIUM_WINDOWS else Confidence.LOW
@@ -253,20 +327,19 @@ def verdict(
             evidence=(),
             evidence_found=False,
         )
-    run = _episode(windows, seconds)
+    read = _Read.of(windows)
+    run = _episode(windows, seconds, read)
     head = run[0]
     conf_order = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
-    conf = max((w.confidence for w in run), key=conf_order.index)
+    conf = max(set(window_columns(run, ("confidence",))[0]), key=conf_order.index)
     cause = consequence = None
-    alloc = _first_ts(windows, Class.ALLOCATION_FAILURE)
-    host = next(
-        (w for w in sorted((w for w in windows if w.host_ooms and w.start), key=lambda w: w.start)),  # type: ignore[arg-type, return-value]
-        None,
-    )
+    alloc = _first_ts(windows, read, Class.ALLOCATION_FAILURE)
+    hosts = read.earliest([i for i, n in enumerate(read.host_ooms) if n])
+    host = None if hosts is None else windows[hosts]
     cls = head.cls
     why = head.why
     if cls is Class.HEALTHY:
-        why = healthy_why(windows, why)
+        why = healthy_why(windows, read.n_stats, read.kv_max, read.waiting_max, why)
     elif cls is Class.QUEUEING:
         why = queueing_why(windows, head.replica, why)
     # (the CPU backend's KV pool and weights live in host RAM: no GPU to name)
@@ -298,7 +371,7 @@ def verdict(
         cause = h_cause or cause
         consequence = h_cons or consequence
     if cls is Class.HEALTHY:  # queueing is seen, not inferred from absence
-        conf, short = _calm_cap(windows, head.replica, conf)
+        conf, short = _calm_cap(read, head.replica, conf)
         why += short
     suspected = cls is Class.INSUFFICIENT_EVIDENCE and _suspect(head, thr, vis)
     if suspected:

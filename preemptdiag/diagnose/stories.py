@@ -69,20 +69,27 @@ def aggregated_engines(e: Event) -> int:
     return n if isinstance(n, int) and n > 1 else 1
 
 
-def healthy_why(windows: Sequence[Window], fallback: str) -> str:
+def healthy_why(
+    windows: Sequence[Window],
+    n_stats: Sequence[int],
+    kv_max: Sequence[float | None],
+    waiting_max: Sequence[int | None],
+    fallback: str,
+) -> str:
     """A healthy verdict speaks for the whole input, not its first window (which is
-    often start-up lines only)."""
-    stats = [w for w in windows if w.n_stats]
+    often start-up lines only). (`n_stats`, `kv_max`, `waiting_max`: each window's,
+    read a column at a time.)"""
+    stats = [i for i, n in enumerate(n_stats) if n]
     if not stats:
         return fallback
-    kv = [w.kv_max for w in stats if w.kv_max is not None]
-    waiting = [w.waiting_max for w in stats if w.waiting_max is not None]
-    n = sum(w.n_stats for w in stats)
+    kv = [v for i in stats if (v := kv_max[i]) is not None]
+    waiting = [v for i in stats if (v := waiting_max[i]) is not None]
+    n = sum(n_stats[i] for i in stats)
     parts = [f"{n:,} stats line(s) in {len(stats):,} window(s)"]
     if kv:
         parts.append(f"KV max {max(kv):.1f}%")
     parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")
-    tail = stats[-1].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
+    tail = windows[stats[-1]].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
     return ", ".join(parts) + f", {tail}"
 
 

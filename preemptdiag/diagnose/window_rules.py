@@ -263,8 +263,26 @@ def healthy_calm(
     any line, nothing is preempted, KV under the pressure threshold; no rule before
     PD110 takes it), from its numbers: a month of them is not made and then evolved.
     tests/diagnose/test_window_rules_calm.py holds it to classify_window."""
-    conf, seen = _quiet_confidence(vis.unseen_at(replica, start, end), n_stats)
+    unseen = vis.unseen_at(replica, start, end)
+    if not kv_max:  # (a zero may be -0.0, equal to 0.0 but printed otherwise: not kept)
+        return _healthy_calm(unseen, n_stats, kv_max)
+    # (a month of windows says a few hundred things: each made once)
+    key = (unseen, n_stats, kv_max, type(kv_max))
+    got = _CALM_SAID.get(key)
+    if got is None:
+        got = _healthy_calm(unseen, n_stats, kv_max)
+        if len(_CALM_SAID) < _CALM_SAID_MAX:
+            _CALM_SAID[key] = got
+    return got
+
+
+def _healthy_calm(unseen: str | None, n_stats: int, kv_max: float | None) -> tuple[Confidence, str]:
+    conf, seen = _quiet_confidence(unseen, n_stats)
     return conf, f"KV max {fmt(kv_max, '%')}, nothing waiting, {seen}"
+
+
+_CALM_SAID: dict[tuple[str | None, int, float, type], tuple[Confidence, str]] = {}
+_CALM_SAID_MAX = 1 << 14
 
 
 RULES: tuple[WindowRule, ...] = (

@@ -13,9 +13,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import attrgetter
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from preemptdiag.model.evolve import positional
 from preemptdiag.model.fastinit import fast_init
@@ -413,11 +413,32 @@ class ReadWindow(Window):
         return [list(column) for column in zip(*lines, strict=True)] if lines else [[]] * 6
 
     @classmethod
+    def evidence_values(cls, ws: Sequence[ReadWindow], name: str) -> list[FieldValue]:
+        """[w.evidence_field(name) for w in ws] (ws all of this class)."""
+        return [w.evidence_field(name) for w in ws]
+
+    @classmethod
     def printable(cls, ws: Sequence[ReadWindow]) -> bool:
         """Whether every text of every window of ws (texts()) is printable, so that
         sanitising leaves them as they are (ws all of this class)."""
         texts = [w.texts() for w in ws]
         return None not in texts and is_printable("".join(t for w in texts if w for t in w))
+
+
+def window_columns(ws: Sequence[Window], names: Sequence[str]) -> list[list[Any]]:
+    """[[getattr(w, name) for w in ws] for name in names]; a run of ReadWindows of one
+    class read a column at a time (ReadWindow.columns)."""
+    out: list[list[Any]] = [[] for _ in names]
+    for kind, run in groupby(ws, type):
+        group = list(run)
+        columns = (
+            kind.columns(cast(list[ReadWindow], group), names)
+            if issubclass(kind, ReadWindow)
+            else [list(map(attrgetter(name), group)) for name in names]
+        )
+        for column, got in zip(out, columns, strict=True):
+            column += got
+    return out
 
 
 _PRINTABLE_ASCII = bytes(range(0x20, 0x7F))

@@ -37,28 +37,27 @@ scan's) and its odd lines odd to it, and gives what it gives:
 
 tests/test_lane.py holds every block to the line-by-line scan with this on and off;
 tests/test_lane_plain.py holds its calm minutes to the polars lane's, and each of its
-shortcuts (_requires, _convert, _Literals, _sum, _means) to its long way.
+shortcuts (_requires, _convert, prefilter.Literals, _sum, _means) to its long way.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from functools import cache, partial, reduce
 from importlib import import_module
 from itertools import pairwise
 from operator import add
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 from weakref import WeakKeyDictionary
 
 from preemptdiag.model.records import CALM_COLUMNS, CALM_MEANS, CalmRows, Columns, column_of
 from preemptdiag.scan import lane
 from preemptdiag.scan.bulk import _BAD, _converted
 from preemptdiag.scan.matcher import Matcher, ScanResult
-from preemptdiag.scan.prefilter import HAVE_AHOCORASICK, HAVE_HYPERSCAN, hs_database
+from preemptdiag.scan.prefilter import Literals
 from preemptdiag.scan.rollup import (
     AGG_FIELDS,
     KV,
@@ -72,11 +71,6 @@ from preemptdiag.scan.rollup import (
 )
 from preemptdiag.scan.rust_regex import anchored, ascii_only
 from preemptdiag.scan.signatures import _INT_LIMIT, FLOAT_LIMIT, PERCENT_LIMIT, Signature
-
-if HAVE_HYPERSCAN:
-    import hyperscan
-if HAVE_AHOCORASICK:
-    from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
 # re's own parser (sre_parse): what literal text a pattern requires (_requires)
 _parser: Any = import_module("re._parser")
@@ -248,7 +242,7 @@ def _lines(matcher: Matcher, text: str) -> Lines | None:
     if len(rows) == len(got):
         return sig, full, rows, None, []
     rest: list[str] = [g[other] for g in got if g[m] is None]
-    found = _Literals.of(matcher.literals).found("\n".join(rest).encode("ascii"))
+    found = Literals.of(matcher.literals).found("\n".join(rest).encode("ascii"))
     index = [k for k, g in enumerate(got) if g[m] is not None]
     if not found:
         return sig, full, rows, index, []
@@ -514,14 +508,14 @@ def _alone(matcher: Matcher, sig: Signature, full: _Full, block: _Block, text: s
     # other literals (a line holding one is a candidate of more signatures), one for
     # what those signatures' patterns require. (Two databases: hyperscan compiled the
     # ~145 literals of both in one with a ~19 MiB peak, against ~4 MiB for the two.)
-    found = _Literals.of((*stops, *rest)).found(data)
+    found = Literals.of((*stops, *rest)).found(data)
     if any(lit in found for lit in stops):
         return False
     # (a `Preemptions: N` on some lines, say: their signatures are shown too)
     needs = _needs(matcher, sig, present + [lit for lit in rest if lit in found])
     if needs is None:
         return False
-    found = _Literals.of(_required(needs)).found(data)
+    found = Literals.of(_required(needs)).found(data)
     return all(_matches_none(need, found, text) for need in needs)
 
 
@@ -628,50 +622,6 @@ def _leading_literal(items: Any) -> str:
             break
         out.append(chr(av))
     return "".join(out)
-
-
-class _Literals:
-    """Which of some literals occur in a text: hyperscan (each literal reported once),
-    else ahocorasick_rs (every occurrence, overlapping), else `in`."""
-
-    _made: ClassVar[dict[tuple[str, ...], _Literals]] = {}
-
-    def __init__(self, literals: tuple[str, ...]) -> None:
-        # (a literal outside ASCII is in no block this lane reads)
-        self.literals = tuple(sorted({lit for lit in literals if lit and lit.isascii()}))
-        self._bytes = [lit.encode() for lit in self.literals]
-        self._hs: Any = None
-        self._ac: Any = None
-        self._local = threading.local()
-        if not self.literals:
-            return
-        if HAVE_HYPERSCAN:
-            self._hs = hs_database(self._bytes, hyperscan.HS_FLAG_SINGLEMATCH)
-        elif HAVE_AHOCORASICK:
-            self._ac = BytesAhoCorasick(self._bytes, matchkind=MatchKind.Standard)
-
-    @classmethod
-    def of(cls, literals: Sequence[str]) -> _Literals:
-        key = tuple(literals)
-        got = cls._made.get(key)
-        if got is None:
-            got = cls._made[key] = cls(key)
-        return got
-
-    def found(self, data: bytes) -> set[str]:
-        if not self.literals or not data:
-            return set()
-        ids: set[int] = set()
-        if self._hs is not None and len(data) < (1 << 32) - 1:
-            scratch = getattr(self._local, "scratch", None)
-            if scratch is None:
-                scratch = self._local.scratch = self._hs.scratch.clone()
-            self._hs.scan(data, match_event_handler=lambda i, *_: ids.add(i), scratch=scratch)
-        elif self._ac is not None:
-            ids = {i for i, _, _ in self._ac.find_matches_as_indexes(data, overlapping=True)}
-        else:
-            ids = {i for i, lit in enumerate(self._bytes) if lit in data}
-        return {self.literals[i] for i in ids}
 
 
 # --- the rollups ---------------------------------------------------------------------

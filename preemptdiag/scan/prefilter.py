@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import pairwise
-from typing import BinaryIO, Literal, cast
+from typing import Any, BinaryIO, ClassVar, Literal, cast
 
 from preemptdiag.model.errors import DiagError
 from preemptdiag.scan.lines import starts_record
@@ -404,3 +404,48 @@ def _next_line_start(f: BinaryIO, pos: int, size: int) -> int:
             return pos + i + 1
         pos += len(chunk)
     return size
+
+
+class Literals:
+    """Which of some ASCII literals occur in a text: hyperscan (each literal reported
+    once), else ahocorasick_rs (every occurrence, overlapping), else `in`. Made once
+    for each tuple of literals (`of`); one can serve several threads."""
+
+    _made: ClassVar[dict[tuple[str, ...], Literals]] = {}
+
+    def __init__(self, literals: tuple[str, ...]) -> None:
+        # (a literal outside ASCII is in no block lane_plain reads; redact.py has none)
+        self.literals = tuple(sorted({lit for lit in literals if lit and lit.isascii()}))
+        self._bytes = [lit.encode() for lit in self.literals]
+        self._hs: Any = None
+        self._ac: Any = None
+        self._local = threading.local()
+        if not self.literals:
+            return
+        if HAVE_HYPERSCAN:
+            self._hs = hs_database(self._bytes, hyperscan.HS_FLAG_SINGLEMATCH)
+        elif HAVE_AHOCORASICK:
+            self._ac = BytesAhoCorasick(self._bytes, matchkind=MatchKind.Standard)
+
+    @classmethod
+    def of(cls, literals: Sequence[str]) -> Literals:
+        key = tuple(literals)
+        got = cls._made.get(key)
+        if got is None:
+            got = cls._made[key] = cls(key)
+        return got
+
+    def found(self, data: bytes) -> set[str]:
+        if not self.literals or not data:
+            return set()
+        ids: set[int] = set()
+        if self._hs is not None and len(data) < (1 << 32) - 1:
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._hs.scratch.clone()
+            self._hs.scan(data, match_event_handler=lambda i, *_: ids.add(i), scratch=scratch)
+        elif self._ac is not None:
+            ids = {i for i, _, _ in self._ac.find_matches_as_indexes(data, overlapping=True)}
+        else:
+            ids = {i for i, lit in enumerate(self._bytes) if lit in data}
+        return {self.literals[i] for i in ids}

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
+from itertools import groupby, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -722,6 +722,17 @@ class CalmWindow(ReadWindow):
         ]
 
     @classmethod
+    def evidence_values(cls, ws: Sequence[ReadWindow], name: str) -> list[FieldValue]:
+        calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
+        out: list[FieldValue] = []
+        for rows, columns, a, b in _runs(calm):
+            if name in rows.fields:  # (a field's value, not a constant of the same name)
+                out += columns[_K_FIELDS + rows.fields.index(name)][a:b]
+            else:
+                out += [rows.constants.get(name)] * (b - a)
+        return out
+
+    @classmethod
     def printable(cls, ws: Sequence[ReadWindow]) -> bool:
         calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
         runs = _runs(calm)
@@ -748,23 +759,25 @@ _Run = tuple[CalmRows, tuple[Sequence[Any], ...], int, int]
 
 def _runs(ws: Sequence[CalmWindow]) -> list[_Run]:
     """ws as runs of consecutive rows of one frame: (its rows, their kept columns,
-    first row, row after the last)."""
-    if not ws:
-        return []
-    first = ws[0]
+    first row, row after the last). (A month's windows: ~60 frames, each found in C.)"""
     rows = list(map(_I, ws))
-    frames = list(map(id, map(_C, ws)))
-    a = rows[0]
-    if frames.count(frames[0]) == len(ws) and rows == list(range(a, a + len(ws))):
-        return [(first._rows, first._c, a, a + len(ws))]  # (the usual: one run)
+    frames = list(map(_C, ws))
     out: list[_Run] = []
-    for w in ws:
-        i = w._i
-        if out and out[-1][1] is w._c and out[-1][3] == i:
-            r, c, a, _ = out[-1]
-            out[-1] = (r, c, a, i + 1)
+    at = 0
+    for _, group in groupby(map(id, frames)):
+        n = len(list(group))
+        first, a = ws[at], rows[at]
+        if rows[at : at + n] == list(range(a, a + n)):
+            out.append((first._rows, first._c, a, a + n))  # (the usual: a frame's rows)
         else:
-            out.append((w._rows, w._c, i, i + 1))
+            for w in ws[at : at + n]:
+                i = w._i
+                if out and out[-1][1] is w._c and out[-1][3] == i:
+                    r, c, start, _ = out[-1]
+                    out[-1] = (r, c, start, i + 1)
+                else:
+                    out.append((w._rows, w._c, i, i + 1))
+        at += n
     return out
 
 

@@ -25,7 +25,7 @@ import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
-from preemptdiag.model.records import ReadWindow, Window, is_printable
+from preemptdiag.model.records import ReadWindow, Window, is_printable, window_columns
 from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
@@ -129,6 +129,13 @@ def test_a_run_of_them_reads_a_column_at_a_time_as_one_at_a_time(
         assert [list(map(type, c)) for c in got] == [list(map(type, c)) for c in want]
         assert CalmWindow.evidence_lines(run) == ReadWindow.evidence_lines(run)
         assert CalmWindow.printable(run) is ReadWindow.printable(run) is True
+        e = run[0].evidence[0]
+        for field in (*e.fields, "no_such_field"):
+            got_values = CalmWindow.evidence_values(run, field)
+            assert got_values == ReadWindow.evidence_values(run, field)
+    # (a month's windows: runs of calm windows between event windows)
+    on = pair[0]
+    assert window_columns(on, names) == [[getattr(w, n) for w in on] for n in names]
 
 
 @pytest.mark.parametrize(

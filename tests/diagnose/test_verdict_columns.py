@@ -1,0 +1,87 @@
+"""rules.verdict reads its windows a column at a time (rules._Read): the episode, the
+first allocation failure and host kill, the healthy story and its cap are what the
+window-at-a-time reading made of them (kept here as the reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from builders import T0, make_window
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from preemptdiag.diagnose import rules
+from preemptdiag.model.records import Class, Window
+
+_SECONDS = 60
+
+
+def _episode_one_at_a_time(windows: Sequence[Window], seconds: int) -> list[Window]:
+    """rules._episode as it was, a window and property at a time."""
+    best = min(rules._rank(w) for w in windows)
+    ordered = sorted(windows, key=lambda w: (w.start is None, w.start or 0, w.replica))
+    first = next(w for w in ordered if rules._rank(w) == best)
+    same = [w for w in windows if w.replica == first.replica]
+    k = next(i for i, w in enumerate(same) if w is first)
+    run = [first]
+    for w in same[k + 1 :]:
+        if w.cls is first.cls and rules._consecutive(run[-1], w, seconds):
+            run.append(w)
+        else:
+            break
+    return run
+
+
+def _first_ts_one_at_a_time(windows: Sequence[Window], cls: Class) -> Window | None:
+    c = [w for w in windows if w.cls is cls and w.start is not None]
+    return min(c, key=lambda w: w.start) if c else None  # type: ignore[arg-type,return-value]
+
+
+_WINDOW = st.builds(
+    lambda minute, replica, cls, host_ooms, n, undated: make_window(
+        minute,
+        replica=replica,
+        cls=cls,
+        host_ooms=host_ooms,
+        n_stats=n,
+        **({"start": None, "end": None} if undated else {}),
+    ),
+    st.integers(0, 12),
+    st.sampled_from(["a", "b", "c"]),
+    st.sampled_from(list(Class)),
+    st.integers(0, 1),
+    st.integers(0, 3),
+    st.sampled_from([False, False, False, False, True]),  # (undated: now and then)
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_WINDOW, min_size=1, max_size=14))
+def test_the_episode_is_the_one_read_a_window_at_a_time(windows: list[Window]) -> None:
+    # (in build_windows' order: by replica, then start, undated last)
+    windows.sort(key=lambda w: (w.replica, w.start is None, w.start or T0))
+    read = rules._Read.of(windows)
+    got = rules._episode(windows, _SECONDS, read)
+    want = _episode_one_at_a_time(windows, _SECONDS)
+    assert [id(w) for w in got] == [id(w) for w in want]
+    for cls in Class:
+        assert rules._first_ts(windows, read, cls) is _first_ts_one_at_a_time(windows, cls)
+
+
+def test_a_gap_ends_the_run_and_another_replicas_window_is_passed_over() -> None:
+    ws = [
+        make_window(0, replica="a", cls=Class.QUEUEING),
+        make_window(1, replica="a", cls=Class.QUEUEING),
+        make_window(1, replica="b", cls=Class.QUEUEING),
+        make_window(2, replica="a", cls=Class.QUEUEING),
+        make_window(4, replica="a", cls=Class.QUEUEING),
+        make_window(5, replica="a", cls=Class.QUEUEING),
+    ]
+    run = rules._episode(ws, _SECONDS, rules._Read.of(ws))
+    assert [(w.replica, w.start) for w in run] == [
+        ("a", T0 + timedelta(minutes=m)) for m in (0, 1, 2)
+    ]
+    ws[1] = make_window(1, replica="a", cls=Class.HEALTHY)
+    run = rules._episode(ws, _SECONDS, rules._Read.of(ws))
+    assert [(w.replica, w.start) for w in run] == [("a", T0)]
