@@ -6,6 +6,7 @@ looks at consecutive windows of one replica. Thresholds come from config.Thresho
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -228,49 +229,58 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
 
 
 def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
-    seen: set[tuple[str, int]] = set()
+    seen: dict[str, set[int]] = {}  # (the lines taken, by file)
     decisive: list[Event] = []
-    # (KV usage, the line's event; a ReadWindow's stats line is read without making
-    # its event, made only if picked: a healthy month is one run of 43,200 windows)
-    stats: list[tuple[float, Event | ReadWindow]] = []
+    # Each stats line's KV usage and its event; a ReadWindow's stats line is read
+    # without making its event, made only if picked (a healthy month is one run of
+    # 43,200 windows, read a column at a time).
+    kvs: list[float] = []
+    lines: list[Event | ReadWindow] = []
     for kind, group in groupby(run, type):
         ws = list(group)
         if issubclass(kind, ReadWindow):
             reads: list[ReadWindow] = ws  # type: ignore[assignment]
             source, line, _, kinds, _, _ = kind.evidence_lines(reads)
             kv = kind.evidence_values(reads, "kv_usage")
-            keys = list(zip(source, line, strict=True))
-            if (
-                kinds.count(Kind.STATS) == len(kinds)
-                and len(set(keys)) == len(keys)
-                and seen.isdisjoint(keys)
-            ):
-                # (the usual: a run of stats lines, each its own, none seen)
-                seen.update(keys)
-                stats += zip([float(usage or 0.0) for usage in kv], reads, strict=True)
-                continue
-            for r, key, k, usage in zip(reads, keys, kinds, kv, strict=True):
-                if key not in seen:
-                    seen.add(key)
+            if kinds.count(Kind.STATS) == len(kinds) and source.count(source[0]) == len(source):
+                taken = seen.setdefault(source[0], set())
+                new = set(line)
+                if len(new) == len(line) and taken.isdisjoint(new):
+                    # (the usual: a run of stats lines of one file, each its own)
+                    taken |= new
+                    kvs += [float(usage or 0.0) for usage in kv]
+                    lines += reads
+                    continue
+            for r, file, at, k, usage in zip(reads, source, line, kinds, kv, strict=True):
+                taken = seen.setdefault(file, set())
+                if at not in taken:
+                    taken.add(at)
                     if k is Kind.STATS:
-                        stats.append((float(usage or 0.0), r))
+                        kvs.append(float(usage or 0.0))
+                        lines.append(r)
                     else:
                         decisive.append(r.evidence[0])
             continue
         for w in ws:
             for e in w.evidence:
-                key = (e.source, e.line)
-                if key in seen:
+                taken = seen.setdefault(e.source, set())
+                if e.line in taken:
                     continue
-                seen.add(key)
+                taken.add(e.line)
                 if e.kind is Kind.STATS:
-                    stats.append((float(e.fields.get("kv_usage") or 0.0), e))
+                    kvs.append(float(e.fields.get("kv_usage") or 0.0))
+                    lines.append(e)
                 else:
                     decisive.append(e)
-    # Keep the earliest decisive lines and the hottest stats lines.
-    stats.sort(key=lambda s: -s[0])
-    hottest = [e if isinstance(e, Event) else e.evidence[0] for _, e in stats[:2]]
-    picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(stats))] + hottest
+    # Keep the earliest decisive lines and the two hottest stats lines: the first two
+    # of a stable sort by KV usage, highest first (nlargest is that sort's head, where
+    # no usage is a NaN, which has no place in an order).
+    if any(v != v for v in kvs):
+        hot = sorted(range(len(kvs)), key=lambda i: -kvs[i])[:2]
+    else:
+        hot = heapq.nlargest(2, range(len(kvs)), key=kvs.__getitem__)
+    hottest = [e if isinstance(e, Event) else e.evidence[0] for e in (lines[i] for i in hot)]
+    picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(kvs))] + hottest
     return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
 
 

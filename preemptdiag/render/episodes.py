@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from itertools import groupby
+from typing import Any
 
-from preemptdiag.model.records import Class, Confidence, Verdict, Window
+from preemptdiag.model.records import Class, Confidence, Verdict, Window, window_columns
 from preemptdiag.render.common import kept_runs, utc
 
 
@@ -38,19 +40,26 @@ MAX_EPISODE_ROWS = 20  # per replica; the rest are counted in "omitted" rows
 
 
 def in_episode(ws: Sequence[Window], v: Verdict) -> list[bool]:
-    """Which windows belong to the verdict's episode (same replica, class and span);
-    its times converted once, not once a window (a month of windows: ~0.1 s)."""
+    """Which windows belong to the verdict's episode (same replica, class and span)."""
+    return _in_episode(v, *window_columns(ws, ("cls", "replica", "start")))
+
+
+def _in_episode(
+    v: Verdict, classes: list[Class], replicas: list[str], starts: list[datetime | None]
+) -> list[bool]:
+    """in_episode of the windows' columns; the verdict's times converted once, not
+    once a window (a month of windows: ~0.1 s)."""
     if v.start is None:
-        return [False] * len(ws)
+        return [False] * len(classes)
     cls, replica, first = v.cls, v.replica, utc(v.start)
     last = None if v.end is None else utc(v.end)
     return [
-        w.cls == cls
-        and (not replica or w.replica == replica)
-        and (start := w.start) is not None
-        and first <= (start := utc(start))
-        and (last is None or start <= last)
-        for w in ws
+        c == cls
+        and (not replica or r == replica)
+        and s is not None
+        and first <= (at := utc(s))
+        and (last is None or at <= last)
+        for c, r, s in zip(classes, replicas, starts, strict=True)
     ]
 
 
@@ -88,33 +97,61 @@ def _peak(values: Sequence[float | int | None]) -> float | int | None:
     return max(present) if present else None
 
 
-def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds: int) -> Episode:
-    run = ws[first : last + 1]
-    start, end = run[0].start, run[-1].end
+# What an episode reads of its windows, a column each (records.window_columns: a
+# month's calm windows a column at a time, not a property a window and use).
+_READ = (
+    "replica",
+    "cls",
+    "start",
+    "end",
+    "confidence",
+    "preemptions",
+    "preemptions_lower_bound",
+    "preemptions_spread_over",
+    "kv_max",
+    "waiting_max",
+    "running_max",
+)
+
+
+def _episode(
+    c: dict[str, list[Any]], first: int, last: int, verdict: bool, seconds: int
+) -> Episode:
+    """The episode of windows `first` to `last` (`c`: their replica's windows' columns)."""
+    n = last - first + 1
+    start, end = c["start"][first], c["end"][last]
     silent = 0
     if start is not None and end is not None and seconds > 0:
         span = round((end - start).total_seconds() / seconds)
-        silent = max(0, span - len(run))
-    counts = Counter(w.confidence for w in run)
+        silent = max(0, span - n)
+
+    def run(name: str) -> list[Any]:
+        return c[name][first : last + 1]
+
+    counts = Counter(run("confidence"))
     order = list(Confidence)
-    kv = _peak([w.kv_max for w in run])
-    waiting = _peak([w.waiting_max for w in run])
-    running = _peak([w.running_max for w in run])
+    kv = _peak(run("kv_max"))
+    waiting = _peak(run("waiting_max"))
+    running = _peak(run("running_max"))
+    preemptions = run("preemptions")
     return Episode(
         # which run
-        replica=run[0].replica,
-        cls=run[0].cls,
+        replica=c["replica"][first],
+        cls=c["cls"][first],
         first=first,
-        n=len(run),
+        n=n,
         verdict=verdict,
         # when
         start=start,
         end=end,
         silent=silent,
         # how many preemptions, and how sure that count is
-        preemptions=round(sum(w.preemptions for w in run), 2),
-        preemptions_lower_bound=any(w.preemptions_lower_bound for w in run),
-        preemptions_estimated=any(w.preemptions_spread_over and w.preemptions for w in run),
+        preemptions=round(sum(preemptions), 2),
+        preemptions_lower_bound=any(run("preemptions_lower_bound")),
+        preemptions_estimated=any(
+            spread and p
+            for spread, p in zip(run("preemptions_spread_over"), preemptions, strict=True)
+        ),
         # its peaks
         kv_max=None if kv is None else float(kv),
         waiting_max=None if waiting is None else int(waiting),
@@ -127,15 +164,15 @@ def _episode(ws: Sequence[Window], first: int, last: int, verdict: bool, seconds
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
-    mine = in_episode(ws, v)
+    c = dict(zip(_READ, window_columns(ws, _READ), strict=True))
+    mine = _in_episode(v, c["cls"], c["replica"], c["start"])
     out: list[Episode] = []
     i = 0
-    while i < len(ws):
-        j = i
-        while j + 1 < len(ws) and ws[j + 1].cls is ws[i].cls and mine[j + 1] == mine[i]:
-            j += 1
-        out.append(_episode(ws, i, j, mine[i], seconds))
-        i = j + 1
+    # (a run: one class, by identity, and in the verdict's episode or not)
+    for _, group in groupby(zip(map(id, c["cls"]), mine, strict=True)):
+        n = len(list(group))
+        out.append(_episode(c, i, i + n - 1, mine[i], seconds))
+        i += n
     return out
 
 
@@ -167,7 +204,7 @@ def shown_mask(ws: Sequence[Window], v: Verdict, seconds: int, mode: TimelineMod
     if ep is None:
         return keep
     if ep.n > FOCUS_MAX:
-        worst = max(range(ep.first, ep.last + 1), key=lambda i: (_severity(ws[i]), -i))
+        worst = ep.first + _worst(ws[ep.first : ep.last + 1])
         picked = list(range(worst - PEAK_NEIGHBOURS, worst + PEAK_NEIGHBOURS + 1))
         if ep.cls is not Class.HEALTHY:  # a healthy run has no onset or end to show
             picked += [
@@ -184,11 +221,13 @@ def shown_mask(ws: Sequence[Window], v: Verdict, seconds: int, mode: TimelineMod
     return keep
 
 
-def _severity(w: Window) -> tuple[float, float, int]:
-    """How bad a window of an episode is: most preemptions, then fullest KV, then the
-    longest queue (the earliest of equals wins)."""
-    kv = w.kv_max if w.kv_max is not None and w.kv_max == w.kv_max else -1.0
-    return (w.preemptions, kv, w.waiting_max if w.waiting_max is not None else -1)
+def _worst(ws: Sequence[Window]) -> int:
+    """The worst window of an episode's: most preemptions, then fullest KV, then the
+    longest queue; the earliest of equals (read a column at a time)."""
+    preemptions, kvs, waits = window_columns(ws, ("preemptions", "kv_max", "waiting_max"))
+    kv = [v if v is not None and v == v else -1.0 for v in kvs]
+    waiting = [v if v is not None else -1 for v in waits]
+    return -max(zip(preemptions, kv, waiting, range(0, -len(ws), -1), strict=True))[3]
 
 
 def episode_rows(eps: Sequence[Episode]) -> list[Episode | int]:

@@ -11,6 +11,7 @@ import itertools
 import json
 import operator
 import string
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from enum import Enum
@@ -354,9 +355,8 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
     """The JSON text of each value of a column (_SCALARS'); None when one is not a
     plain scalar."""
     kinds = set(map(type, col))
-    if len(kinds) == 1 and col.count(col[0]) == len(col) and col[0] != 0.0:
-        # (one value in every window, a class constant: written once; not a zero,
-        # which may be a float's -0.0 among 0.0s)
+    if len(kinds) == 1 and col.count(col[0]) == len(col) and _one_zero(col):
+        # (one value in every window, a class constant: written once)
         scalar = _SCALARS.get(kinds.pop())
         return None if scalar is None else [scalar(col[0])] * len(col)
     if kinds == {float} and _finite_sum(col):
@@ -368,6 +368,15 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
         return None
     get = _SCALARS.__getitem__
     return [get(type(v))(v) for v in col]
+
+
+def _one_zero(col: Sequence[Any]) -> bool:
+    """Whether a column of one value (by ==) is one text: not floats that are zeros,
+    unless all of one sign (-0.0 == 0.0, but prints otherwise)."""
+    first = col[0]
+    if type(first) is not float or first != 0.0:
+        return True
+    return array("d", col).tobytes() == array("d", (first,)).tobytes() * len(col)
 
 
 def _iso_column(

@@ -179,18 +179,18 @@ _LOWER_AC = ahocorasick_rs.AhoCorasick(list(dict.fromkeys(_LOWER)))
 # A long ASCII text (a run of windows' evidence lines, Redactor.keeps) is looked at by
 # prefilter.Literals (hyperscan where installed: ~10x these passes, which took ~60 ms
 # of a month's windows); its lowercase form is its ASCII letters lowered.
-_CASED_FOUND = Literals.of(tuple(dict.fromkeys(_CASED)))
-_LOWER_FOUND = Literals.of(tuple(dict.fromkeys(_LOWER)))
 _FOUND_ALL = all(lit.isascii() for lit in (*_CASED, *_LOWER))  # (Literals takes ASCII)
 _FOUND_MIN = 4096
+_CASED_ONCE, _LOWER_ONCE = tuple(dict.fromkeys(_CASED)), tuple(dict.fromkeys(_LOWER))
 
 
 def _may_trigger(text: str) -> bool:
     """False only when no trigger can fire on `text` (see _CASED)."""
     if _FOUND_ALL and len(text) >= _FOUND_MIN and text.isascii():
+        # (made on first use, as hyperscan compiles them: ~10 ms a run that needs none)
         return bool(
-            _CASED_FOUND.found(text.encode("ascii"))
-            or _LOWER_FOUND.found(text.lower().encode("ascii"))
+            Literals.of(_CASED_ONCE).found(text.encode("ascii"))
+            or Literals.of(_LOWER_ONCE).found(text.lower().encode("ascii"))
         )
     return bool(
         _CASED_AC.find_matches_as_indexes(text) or _LOWER_AC.find_matches_as_indexes(text.lower())
