@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -11,12 +12,14 @@ from typing import Any
 
 import pytest
 from builders import healthy_v1_log, make_window
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_renderers import thrash_report, win
 
 from preemptdiag.cli import main
 from preemptdiag.model.records import Class, Confidence, Report, Verdict
 from preemptdiag.render import Format, render
-from preemptdiag.render.episodes import TimelineMode, in_episode
+from preemptdiag.render.episodes import Episode, TimelineMode, _worst, episodes, in_episode
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 6, 16, 21, 24, 0, tzinfo=UTC)
@@ -479,3 +482,93 @@ def test_in_episode_same_class_replica_and_span_bounds_included_any_zone() -> No
     # (no replica named: any replica's; no end: open-ended)
     assert in_episode(ws, _verdict(t0, None)) == [True, True, True, True, False, False, True, False]
     assert in_episode(ws, _verdict(None, until, "a")) == [False] * 8
+
+
+# ------------------------------------- read a column at a time, as a window at a time
+
+
+def _episode_one_at_a_time(ws: list[Any], first: int, last: int, verdict: bool) -> Episode:
+    """episodes._episode as it was, a window and property at a time."""
+    run = ws[first : last + 1]
+    start, end = run[0].start, run[-1].end
+    silent = max(0, round((end - start).total_seconds() / 60) - len(run))
+    counts = Counter(w.confidence for w in run)
+    order = list(Confidence)
+
+    def peak(values: list[Any]) -> Any:
+        present = [v for v in values if v is not None and v == v]
+        return max(present) if present else None
+
+    kv, waiting, running = (peak([getattr(w, a) for w in run]) for a in _PEAKS)
+    return Episode(
+        replica=run[0].replica,
+        cls=run[0].cls,
+        first=first,
+        n=len(run),
+        verdict=verdict,
+        start=start,
+        end=end,
+        silent=silent,
+        preemptions=round(sum(w.preemptions for w in run), 2),
+        preemptions_lower_bound=any(w.preemptions_lower_bound for w in run),
+        preemptions_estimated=any(w.preemptions_spread_over and w.preemptions for w in run),
+        kv_max=None if kv is None else float(kv),
+        waiting_max=None if waiting is None else int(waiting),
+        running_max=None if running is None else int(running),
+        confidence=tuple(sorted(counts.items(), key=lambda c: (-c[1], order.index(c[0])))),
+    )
+
+
+_PEAKS = ("kv_max", "waiting_max", "running_max")
+_WIN = st.builds(
+    lambda cls, conf, pre, kv, wait: (cls, conf, pre, kv, wait),
+    st.sampled_from([Class.HEALTHY, Class.QUEUEING, Class.THRASH_LOOP]),
+    st.sampled_from(list(Confidence)),
+    st.sampled_from([0.0, 0.0, 3.0, 7.5]),
+    st.one_of(st.none(), st.just(float("nan")), st.floats(0, 100)),
+    st.one_of(st.none(), st.integers(0, 9)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WIN, min_size=1, max_size=40), st.integers(0, 40), st.integers(1, 8))
+def test_episodes_read_a_column_at_a_time_are_the_window_at_a_time_ones(
+    made: list[Any], at: int, span: int
+) -> None:
+    ws = [
+        make_window(
+            i,
+            cls=cls,
+            confidence=conf,
+            preemptions=pre,
+            kv_max=kv,
+            waiting_max=wait,
+            running_max=wait,
+        )
+        for i, (cls, conf, pre, kv, wait) in enumerate(made)
+    ]
+    v = Verdict(
+        cls=ws[min(at, len(ws) - 1)].cls,
+        confidence=Confidence.HIGH,
+        start=ws[0].start + timedelta(minutes=at),
+        end=ws[0].start + timedelta(minutes=at + span),
+        replica=ws[0].replica,
+        why="",
+        evidence=(),
+    )
+    mine = in_episode(ws, v)
+    want, i = [], 0
+    while i < len(ws):
+        j = i
+        while j + 1 < len(ws) and ws[j + 1].cls is ws[i].cls and mine[j + 1] == mine[i]:
+            j += 1
+        want.append(_episode_one_at_a_time(ws, i, j, mine[i]))
+        i = j + 1
+    got = episodes(ws, v, 60)
+    assert repr(got) == repr(want)  # (repr: a NaN peak is not equal to itself)
+    severity = [
+        (w.preemptions, w.kv_max if w.kv_max is not None and w.kv_max == w.kv_max else -1.0,
+         w.waiting_max if w.waiting_max is not None else -1)
+        for w in ws
+    ]  # fmt: skip
+    assert _worst(ws) == max(range(len(ws)), key=lambda i: (severity[i], -i))
