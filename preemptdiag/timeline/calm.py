@@ -356,59 +356,85 @@ def windows(
     is read (a month of them is ~24 MiB, and its windows hold what they need)."""
     if not placed:
         return list(others)
-    keys: list[tuple[str, int]] = []  # (replica, window) of each minute, frame by frame
+    # Each replica's minutes' windows, frame by frame (no tuple a minute: a month's
+    # were ~6 MiB at this stage's peak).
+    starts: dict[str, list[int]] = {}
     for p in placed:
-        keys += zip(p.replicas, p.wstarts, strict=True)
-    taken = {(w.replica, _epoch(w.start)) for w in others}
-    if not taken.isdisjoint(keys):
+        if p.replicas.count(p.replicas[0]) == p.minutes:
+            starts.setdefault(p.replicas[0], []).extend(p.wstarts)  # (the usual)
+        else:
+            for replica, wstart in zip(p.replicas, p.wstarts, strict=True):
+                starts.setdefault(replica, []).append(wstart)
+    # (windows of several minutes: a minute cut by a block's end, a clock's two streams;
+    # none where a replica's windows only go up)
+    among = {replica: _Among(got) for replica, got in starts.items()}
+    several: set[tuple[str, int]] = set()
+    for replica, got in starts.items():
+        if not among[replica].up:
+            several |= {(replica, w) for w, n in Counter(got).items() if n > 1}
+    if any(w.replica in among and _epoch(w.start) in among[w.replica] for w in others):
         return None
-    # (windows of several minutes: a minute cut by a block's end, a clock's two streams)
-    several = (
-        {key for key, n in Counter(keys).items() if n > 1} if len(set(keys)) < len(keys) else set()
-    )
+    del starts, among
     frames: list[Placed | None] = list(placed)
     placed.clear()
     # Each row is read once, frame by frame: a window of one minute is made as its row
     # comes by, the rows of a window of several are kept until it is made.
     made: list[Window] = []
-    order: list[tuple[str, bool, datetime]] = []  # (_order of each)
     kept: dict[tuple[str, int], list[_Kept]] = {}
     whys: dict[str, str] = {}
     # (a window's end is the next one's start, one object: 48 bytes a window)
     last_at, last_end = -1, _EPOCH
-    at = 0
-    for f, got in enumerate(frames):
-        assert got is not None
+    last: tuple[str, int] = ("", -1)
+    ordered = True  # (made in build_windows' order: by replica, then start)
+    for f, got_ in enumerate(frames):
+        assert got_ is not None
         frames[f] = None  # (its frame goes once read)
-        r, frame = got.rows, got.rows.frame
+        r, frame = got_.rows, got_.rows.frame
         assert frame is not None
         # (what a calm window reads of its rows: the columns it keeps, without the
         # rest of the frame)
         bare, columns = replace(r, frame=None), keeps(r)
         texts = _texts_of(bare, columns)
         for i, (replica, ts, wstart) in enumerate(
-            zip(got.replicas, got.ts, got.wstarts, strict=True)
+            zip(got_.replicas, got_.ts, got_.wstarts, strict=True)
         ):
-            if several and keys[at + i] in several:
+            if several and (replica, wstart) in several:
                 row = tuple(column[i] for column in frame.data)
-                kept.setdefault(keys[at + i], []).append((bare, replica, ts, row))
+                kept.setdefault((replica, wstart), []).append((bare, replica, ts, row))
                 continue
+            if ordered:
+                ordered = last < (replica, wstart)
+                last = (replica, wstart)
             start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
             end = start + timedelta(seconds=seconds)
             last_at, last_end = wstart + seconds, end
             made.append(
                 CalmWindow.of(replica, start, end, bare, ts, frame, i, columns, texts, judged, whys)
             )
-            order.append((replica, False, start))
-        at += got.minutes
-    for key, ps in kept.items():
-        w = _window(key, ps, seconds, judged)
-        made.append(w)
-        order.append(_order(w))
-    if several or any(a >= b for a, b in pairwise(order)):
-        by = sorted(range(len(made)), key=order.__getitem__)
-        made, order = [made[k] for k in by], [order[k] for k in by]
-    return _merged(others, made, order)
+    made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
+    if kept or not ordered:
+        made.sort(key=_order)
+    return _merged(others, made)
+
+
+class _Among:
+    """`in` for a list of ints: by bisection where it only goes up (a replica's
+    windows, the usual), else by a set of them."""
+
+    def __init__(self, values: list[int]) -> None:
+        self.values = values
+        self.up = all(a < b for a, b in pairwise(values))
+        self.seen: set[int] | None = None
+
+    def __contains__(self, x: object) -> bool:
+        if not isinstance(x, int):
+            return False
+        if self.up:
+            k = bisect_left(self.values, x)
+            return k < len(self.values) and self.values[k] == x
+        if self.seen is None:
+            self.seen = set(self.values)
+        return x in self.seen
 
 
 # A minute of a window of several: its rows (without their frame), replica, first
@@ -416,15 +442,13 @@ def windows(
 _Kept = tuple[CalmRows, str, datetime, tuple[Any, ...]]
 
 
-def _merged(
-    others: Sequence[Window], calm: list[Window], order: list[tuple[str, bool, datetime]]
-) -> list[Window]:
-    """heapq.merge(others, calm) by _order (`order`: calm's): each of the few others
-    put before the first calm window not before it."""
+def _merged(others: Sequence[Window], calm: list[Window]) -> list[Window]:
+    """heapq.merge(others, calm) by _order: each of the few others put before the
+    first calm window not before it."""
     out: list[Window] = []
     at = 0
     for w in others:
-        k = bisect_left(order, _order(w), lo=at)
+        k = bisect_left(calm, _order(w), lo=at, key=_order)
         out += calm[at:k]
         out.append(w)
         at = k
@@ -503,30 +527,15 @@ class CalmWindow(ReadWindow):
     replica, peak line's time and text and what the rules make of it (confidence,
     why) are held."""
 
-    __slots__ = (
-        "_c",
-        "_confidence",
-        "_end",
-        "_i",
-        "_m",
-        "_replica",
-        "_rows",
-        "_start",
-        "_text",
-        "_ts",
-        "_why",
-    )
+    # Its replica, start, end, confidence and why are held in Window's own slots (an
+    # instance has them all, ~240 bytes, whether used or not); the rest in these.
+    __slots__ = ("_c", "_i", "_m", "_rows", "_text", "_ts")
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps(): _KEPT's columns, then the peak line's fields
     _i: int  # its row in them
     _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
-    _replica: str
-    _start: datetime
-    _end: datetime
     _ts: datetime  # the peak line's time
     _text: str  # the peak line's text, as its event holds it
-    _confidence: Confidence
-    _why: str
 
     @classmethod
     def of(
@@ -557,39 +566,19 @@ class CalmWindow(ReadWindow):
         _set(self, "_c", columns)
         _set(self, "_m", texts)
         _set(self, "_i", i)
-        _set(self, "_replica", replica)
-        _set(self, "_start", start)
-        _set(self, "_end", end)
+        _set(self, "replica", replica)
+        _set(self, "start", start)
+        _set(self, "end", end)
         _set(self, "_ts", ts.replace(second=data[_PEAK_SECOND][i]))
         _set(self, "_text", _text(data[_PEAK_TEXT][i]))
-        _set(self, "_confidence", confidence)
-        _set(self, "_why", why)
+        _set(self, "confidence", confidence)
+        _set(self, "why", why)
         return self
 
     def _values(self) -> tuple[Any, ...]:
         """The peak line's fields' values, in its rows' fields' order."""
         i = self._i
         return tuple(column[i] for column in self._c[_K_FIELDS:])
-
-    @property
-    def replica(self) -> str:
-        return self._replica
-
-    @property
-    def start(self) -> datetime:
-        return self._start
-
-    @property
-    def end(self) -> datetime:
-        return self._end
-
-    @property
-    def confidence(self) -> Confidence:
-        return self._confidence
-
-    @property
-    def why(self) -> str:
-        return self._why
 
     @property
     def n_events(self) -> int:
@@ -649,7 +638,7 @@ class CalmWindow(ReadWindow):
         h = _peak_hit(
             self._rows, c[_K_LINE][i], self._values(), self._text, None, c[_K_PROC][i], c[_K_POS][i]
         )
-        return (stamp_event(h, self._ts, self._replica),)
+        return (stamp_event(h, self._ts, self.replica),)
 
     def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
         r = self._rows
@@ -670,8 +659,8 @@ class CalmWindow(ReadWindow):
             return None
         proc = c[_K_PROC][i]
         return [
-            self._replica,
-            self._why,
+            self.replica,
+            self.why,
             self._text,
             "" if proc is None else proc,
             *shared,
@@ -798,11 +787,11 @@ def _ints_or_none(values: list[Any]) -> list[Any]:
 
 
 _I, _C, _TEXT, _TS, _REPLICA, _WHY = (
-    attrgetter(name) for name in ("_i", "_c", "_text", "_ts", "_replica", "_why")
+    attrgetter(name) for name in ("_i", "_c", "_text", "_ts", "replica", "why")
 )
 # What CalmWindow.columns reads of a window's own slots, and of its kept columns
 # (with what its property makes of the value).
-_HELD = {name: attrgetter(f"_{name}") for name in ("replica", "start", "end", "confidence", "why")}
+_HELD = {name: attrgetter(name) for name in ("replica", "start", "end", "confidence", "why")}
 _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {
     "n_events": (_K_N, _ints),
     "n_stats": (_K_N, _ints),

@@ -175,7 +175,7 @@ def _with_text(w: CalmWindow, text: str) -> CalmWindow:
     """w with another peak line text (the lane never keeps a line with an escape or
     a secret: these are the readers' other paths)."""
     out = object.__new__(CalmWindow)
-    for name in CalmWindow.__slots__:
+    for name in (*CalmWindow.__slots__, "replica", "start", "end", "confidence", "why"):
         object.__setattr__(out, name, getattr(w, name))
     object.__setattr__(out, "_text", text)
     return out
