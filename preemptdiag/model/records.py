@@ -259,7 +259,7 @@ def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:
         first = col[0]
         if (
             col.count(first) == n
-            and (isinstance(col, array) or len({type(v) for v in col}) == 1)
+            and (isinstance(col, array) or len(set(map(type, col))) == 1)
             and (type(first) is not float or first != 0 or _one_sign(col))
         ):
             return Const(first, n)
@@ -272,6 +272,9 @@ def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:
 
 
 def _one_sign(zeros: Sequence[float]) -> bool:
+    if isinstance(zeros, array) and zeros.typecode == "d":
+        # (a zero's sign is in its bytes: compared in C, not a value at a time)
+        return zeros.tobytes() == zeros[:1].tobytes() * len(zeros)
     return len({math.copysign(1.0, v) for v in zeros}) == 1
 
 

@@ -445,6 +445,11 @@ class _Starts(Sequence[int]):
             return [len(a) - len(b) for a, b in zip(self._lines[i], self._matched[i], strict=True)]
         return len(self._lines[i]) - len(self._matched[i])
 
+    def at(self, rows: list[int]) -> list[int]:
+        """[self[i] for i in rows], without a method call a row."""
+        lines, matched = self._lines, self._matched
+        return [len(lines[i]) - len(matched[i]) for i in rows]
+
 
 def _convert(raw: list[str], typ: str) -> dict[Any, Any] | None:
     """Each distinct value converted as CONVERTERS[typ] converts it; None when one does
@@ -855,8 +860,10 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     def take(values: Sequence[Any], which: list[int]) -> list[Any]:
         return [values[i] for i in which]
 
+    every = len(chosen) == len(agg.members)  # (the usual: every inner segment, in order)
+
     def pick(values: list[Any]) -> list[Any]:
-        return [values[j] for j in chosen]
+        return values if every else [values[j] for j in chosen]
 
     stamp_first = take(ts, first)
     stamp_peak = take(ts, peak)
@@ -866,7 +873,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "first_second": ("q", [int(t[12:14]) for t in stamp_first]),
         "last_line": ("q", take(r.lineno, last)),
         "last_second": ("q", [int(t[12:14]) for t in take(ts, last)]),
-        "last_pos": ("q", take(r.start, last)),
+        "last_pos": ("q", _starts_at(r.start, last)),
         "day": ("s", [t[:5] for t in stamp_first]),
         "hour": ("q", [int(t[6:8]) for t in stamp_first]),
         "minute": ("q", [int(t[9:11]) for t in stamp_first]),
@@ -876,7 +883,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "swapped_first": ("", [None] * len(chosen) if swapped is None else take(swapped, first)),
         "swapped_last": ("", [None] * len(chosen) if swapped is None else take(swapped, last)),
         "peak_line": ("q", take(r.lineno, peak)),
-        "peak_pos": ("q", take(r.start, peak)),
+        "peak_pos": ("q", _starts_at(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),
         "peak_second": ("q", [int(t[12:14]) for t in stamp_peak]),
         "peak_proc": ("s", take(r.proc, peak)),
@@ -895,6 +902,11 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
 
 
 _KIND = {"int": "q", "int_commas": "q", "float": "d", "percent": "d", "str": "s"}
+
+
+def _starts_at(starts: Sequence[int], rows: list[int]) -> list[int]:
+    """Where the match of each of `rows` starts (a block's _Starts, or any sequence)."""
+    return starts.at(rows) if isinstance(starts, _Starts) else [starts[i] for i in rows]
 
 
 def _means(sums: list[float], counts: list[int]) -> list[float | None]:

@@ -260,7 +260,8 @@ def place(
             replicas.append(e.replica)
             times.append(ts)
             starts.append(epoch - epoch % seconds)
-        out.append(Placed(r, replicas, times, starts, r.frame.column("n")))
+        if replicas:  # (a frame has rows; none is nothing to place)
+            out.append(Placed(r, replicas, times, starts, r.frame.column("n")))
     return out
 
 
