@@ -232,7 +232,7 @@ def place(
         return None
     # What the minutes after one anchor read of it: its clock and its event, when it
     # can date them (a run of minutes shares its anchor).
-    dating: dict[int, tuple[object, Event] | None] = {}
+    dating: dict[int, tuple[tuple[str, str], Event] | None] = {}
     out: list[Placed] = []
     for r in calm:
         kind = "w" if r.sglang else "e"
@@ -241,17 +241,26 @@ def place(
         times: list[datetime] = []
         starts: list[int] = []
         cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
+        # (k: the anchors before the row's line, bisect_left's answer, found by stepping
+        # on while the rows' lines go up: a frame's minutes share an anchor or two)
+        k, at = -1, -1
         for line, day, hour, minute, second in cols:
-            k = bisect_left(lines, line)
+            if k < 0 or line < at:
+                k = bisect_left(lines, line)
+            while k < len(lines) and lines[k] < line:
+                k += 1
+            at = line
             if not k:
                 return None
             if k in dating:
                 got = dating[k]
             else:
                 got = dating[k] = _dating(anchors[k - 1], timed)
-            if got is None or got[0] != (kind, day):
+            if got is None:
                 return None
-            e = got[1]
+            (anchor_kind, anchor_day), e = got
+            if anchor_kind != kind or anchor_day != day:
+                return None
             assert e.ts is not None
             ts = e.ts.replace(hour=hour, minute=minute, second=second, microsecond=0)
             if ts > latest:
@@ -276,7 +285,9 @@ def replicas_of(placed: Iterable[Placed]) -> set[str]:
     return {replica for p in placed for replica in set(p.replicas)}
 
 
-def _dating(h: Hit, timed: Mapping[tuple[int, int, str], Event]) -> tuple[object, Event] | None:
+def _dating(
+    h: Hit, timed: Mapping[tuple[int, int, str], Event]
+) -> tuple[tuple[str, str], Event] | None:
     """(the clock, the event) of anchor `h`, when it can date a calm minute of that
     clock: a plain stamp (no pod), timed from its own stamp's date."""
     e = timed.get((h.line, h.pos, h.sig))
@@ -384,7 +395,7 @@ def windows(
     kept: dict[tuple[str, int], list[_Kept]] = {}
     whys: dict[str, str] = {}
     # (a window's end is the next one's start, one object: 48 bytes a window)
-    last_at, last_end = -1, _EPOCH
+    last_at, last_end, step = -1, _EPOCH, timedelta(seconds=seconds)
     last: tuple[str, int] = ("", -1)
     ordered = True  # (made in build_windows' order: by replica, then start)
     for f, got_ in enumerate(frames):
@@ -394,8 +405,8 @@ def windows(
         assert frame is not None
         # (what a calm window reads of its rows: the columns it keeps, without the
         # rest of the frame)
-        bare, columns = replace(r, frame=None), keeps(r)
-        texts = _texts_of(bare, columns)
+        bare = replace(r, frame=None)
+        alone = _Alone([], [], [], [], [])
         for i, (replica, ts, wstart) in enumerate(
             zip(got_.replicas, got_.ts, got_.wstarts, strict=True)
         ):
@@ -407,11 +418,10 @@ def windows(
                 ordered = last < (replica, wstart)
                 last = (replica, wstart)
             start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
-            end = start + timedelta(seconds=seconds)
+            end = start + step
             last_at, last_end = wstart + seconds, end
-            made.append(
-                CalmWindow.of(replica, start, end, bare, ts, frame, i, columns, texts, judged, whys)
-            )
+            alone.add(i, replica, start, end, ts)
+        made += CalmWindow.made(bare, frame, alone, judged, whys)
     made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
     if kept or not ordered:
         made.sort(key=_order)
@@ -516,8 +526,36 @@ def keeps(r: CalmRows) -> tuple[Sequence[Any], ...]:
     peak line's fields): shared by them, 8 bytes a value in an array, where a tuple of
     its row's values a window was ~0.5 KB."""
     assert r.frame is not None
-    data = r.frame.data
-    return tuple(data[j] for j in (*_KEPT, *range(_FIELDS, _FIELDS + len(r.fields))))
+    return keeps_of(r.frame.data, len(r.fields))
+
+
+def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any], ...]:
+    """keeps() of a frame's columns (`data`) with this many fields."""
+    return tuple(data[j] for j in (*_KEPT, *range(_FIELDS, _FIELDS + fields)))
+
+
+def _listed(column: Sequence[Any]) -> Sequence[Any]:
+    """A column read a row at a time: a Const as a list (its [] is a Python call)."""
+    return list(column) if isinstance(column, Const) else column
+
+
+@dataclass(frozen=True, slots=True)
+class _Alone:
+    """The rows of a frame whose windows are one minute each, with each one's
+    replica, start, end and first line's time (CalmWindow.made)."""
+
+    rows: list[int]
+    replicas: list[str]
+    starts: list[datetime]
+    ends: list[datetime]
+    ts: list[datetime]
+
+    def add(self, i: int, replica: str, start: datetime, end: datetime, ts: datetime) -> None:
+        self.rows.append(i)
+        self.replicas.append(replica)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.ts.append(ts)
 
 
 class CalmWindow(ReadWindow):
@@ -539,42 +577,48 @@ class CalmWindow(ReadWindow):
     _text: str  # the peak line's text, as its event holds it
 
     @classmethod
-    def of(
+    def made(
         cls,
-        replica: str,
-        start: datetime,
-        end: datetime,
         rows: CalmRows,
-        ts: datetime,
         frame: Columns,
-        i: int,
-        columns: tuple[Sequence[Any], ...],
-        texts: _Texts,
+        alone: _Alone,
         judged: Judged,
         whys: dict[str, str],
-    ) -> CalmWindow:
-        """The window of `replica` from `start` to `end` of the minute in row `i` of
-        `frame` (the frame of `rows`, which are given without it), whose first line
-        is at `ts`; `columns`: keeps(rows); `texts`: _texts_of(rows, columns); `whys`:
-        the texts of why seen, each kept once (a month's windows say a few hundred)."""
+    ) -> list[CalmWindow]:
+        """The windows of rows `alone.rows` of `frame` (the frame of `rows`, which are
+        given without it), each of its replica from its start to its end, its first
+        line at its time (`alone`); `whys`: the texts of why seen, each kept once (a
+        month's windows say a few hundred). A frame's at once: its columns read
+        once, not a window at a time."""
         data = frame.data
-        confidence, why = judged(replica, start, end, data[_N][i], data[_MAXES + _KV][i])
-        why = whys.setdefault(why, why)
-        self = object.__new__(cls)
-        # (slot by slot, not a loop over (name, value) pairs made each call)
-        _set = object.__setattr__  # (Window is frozen)
-        _set(self, "_rows", rows)
-        _set(self, "_c", columns)
-        _set(self, "_m", texts)
-        _set(self, "_i", i)
-        _set(self, "replica", replica)
-        _set(self, "start", start)
-        _set(self, "end", end)
-        _set(self, "_ts", ts.replace(second=data[_PEAK_SECOND][i]))
-        _set(self, "_text", _text(data[_PEAK_TEXT][i]))
-        _set(self, "confidence", confidence)
-        _set(self, "why", why)
-        return self
+        columns = keeps_of(data, len(rows.fields))
+        texts = _texts_of(rows, columns)
+        n, kv, second = (_listed(data[j]) for j in (_N, _MAXES + _KV, _PEAK_SECOND))
+        raw = data[_PEAK_TEXT]
+        if max(map(len, raw), default=0) > MAX_EVIDENCE_CHARS:
+            raw = [_text(t) for t in raw]  # (cut, as the scan cuts evidence)
+        raw = _listed(raw)
+        out: list[CalmWindow] = []
+        new = object.__new__
+        _set = object.__setattr__  # (Window is frozen; slot by slot)
+        for i, replica, start, end, ts in zip(
+            alone.rows, alone.replicas, alone.starts, alone.ends, alone.ts, strict=True
+        ):
+            confidence, why = judged(replica, start, end, n[i], kv[i])
+            self = new(cls)
+            _set(self, "_rows", rows)
+            _set(self, "_c", columns)
+            _set(self, "_m", texts)
+            _set(self, "_i", i)
+            _set(self, "replica", replica)
+            _set(self, "start", start)
+            _set(self, "end", end)
+            _set(self, "_ts", ts.replace(second=second[i]))
+            _set(self, "_text", raw[i])
+            _set(self, "confidence", confidence)
+            _set(self, "why", whys.setdefault(why, why))
+            out.append(self)
+        return out
 
     def _values(self) -> tuple[Any, ...]:
         """The peak line's fields' values, in its rows' fields' order."""
