@@ -361,6 +361,8 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
         return None if scalar is None else [scalar(col[0])] * len(col)
     if kinds == {float} and _finite_sum(col):
         return list(map(float.__repr__, col))  # (_float's checks, for the column at once)
+    if kinds == {str} and _plain_texts(col):
+        return [f'"{v}"' for v in col]  # (what _quoted makes of each, ~5x faster)
     if len(kinds) == 1:
         scalar = _SCALARS.get(kinds.pop())
         return None if scalar is None else list(map(scalar, col))
@@ -368,6 +370,17 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
         return None
     get = _SCALARS.__getitem__
     return [get(type(v))(v) for v in col]
+
+
+_PLAIN_ASCII = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
+
+
+def _plain_texts(col: Sequence[str]) -> bool:
+    """Whether _quoted would only put quotes around each text: every character from
+    space to tilde, none a quote or a backslash (JSON escapes the rest), found for
+    the column at once (its printable bytes deleted in C)."""
+    joined = "".join(col)
+    return joined.isascii() and not joined.encode("ascii").translate(None, _PLAIN_ASCII)
 
 
 def _one_zero(col: Sequence[Any]) -> bool:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from preemptdiag.model.records import Class, Event, Kind, ReadWindow, Window
 from preemptdiag.render.json_format import (
+    _texts,
     dumps_indented,
     window_dict,
     window_json,
@@ -186,3 +187,21 @@ def test_a_value_that_is_not_a_plain_scalar_sends_the_run_a_window_at_a_time() -
     ]
     assert windows_json(ws) == [window_json(w) for w in ws]
     assert json.loads(windows_json(ws)[0])["kv_peak_running"] == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=12),
+            st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12),
+            st.sampled_from(['a"b', "a\\b", "tab\there", "del\x7f", "\u00e9t\u00e9", ""]),
+        ),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_a_column_of_texts_is_each_text_quoted(col: list[str]) -> None:
+    # (a column of plain texts is quoted at once; any other text the encoder's way)
+    assert _texts(col) == [json.dumps(v) for v in col]
+    assert _texts(col) == [json.encoder.encode_basestring_ascii(v) for v in col]
