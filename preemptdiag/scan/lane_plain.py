@@ -354,7 +354,14 @@ class _Block:
             if typ == "str":
                 typed[name] = list(raw)
                 continue
-            conv = _convert([v for v in set(raw) if v is not None], typ)
+            distinct = set(raw)
+            if len(distinct) * 2 > len(raw) and None not in distinct:
+                # (most values differ, throughputs: each converted, not each distinct)
+                each = _convert_each(raw, typ)
+                if each is not None:
+                    typed[name] = each
+                    continue
+            conv = _convert([v for v in distinct if v is not None], typ)
             if conv is None:
                 return None
             conv[None] = None
@@ -451,23 +458,32 @@ class _Starts(Sequence[int]):
         return [len(lines[i]) - len(matched[i]) for i in rows]
 
 
+def _convert_each(raw: Sequence[str], typ: str) -> list[Any] | None:
+    """Digit strings converted in their order as CONVERTERS[typ] converts them (float()
+    or int() at once: the converters' own checks are their ranges, checked on the
+    maximum); None where the converter's long way is needed."""
+    if not raw or not _DIGITS.fullmatch("\x00".join(raw)):
+        return None
+    try:
+        if typ in _FAST:
+            make, limit = _FAST[typ]
+            values: list[Any] = list(map(make, raw))
+            top = max(values)
+            return values if top <= limit and (typ == "percent" or top < limit) else None
+        if typ in _FAST_INT:
+            values = list(map(int, raw))
+            return values if max(values) < _FAST_INT[typ] else None
+    except ValueError:
+        pass  # (`1.2.3`: the converter says so)
+    return None
+
+
 def _convert(raw: list[str], typ: str) -> dict[Any, Any] | None:
     """Each distinct value converted as CONVERTERS[typ] converts it; None when one does
-    not convert. (Digit strings, nearly all of them, go through float() or int() at
-    once: the converters' own checks are their ranges, checked on the maximum.)"""
-    if raw and _DIGITS.fullmatch("\x00".join(raw)):
-        try:
-            if typ in _FAST:
-                make, limit = _FAST[typ]
-                values: list[Any] = list(map(make, raw))
-                if max(values) <= limit and (typ == "percent" or max(values) < limit):
-                    return dict(zip(raw, values, strict=True))
-            elif typ in _FAST_INT:
-                values = list(map(int, raw))
-                if max(values) < _FAST_INT[typ]:
-                    return dict(zip(raw, values, strict=True))
-        except ValueError:
-            pass  # (`1.2.3`: the converter says so)
+    not convert. (Digit strings, nearly all of them: _convert_each.)"""
+    values = _convert_each(raw, typ)
+    if values is not None:
+        return dict(zip(raw, values, strict=True))
     conv = _converted(raw, typ)
     if any(v is _BAD for v in conv.values()):
         return None
@@ -782,10 +798,14 @@ class _Aggs:
         # Builder's evidence pick: the first line with the highest (KV or -1,
         # preemptions); its peak KV (-1 on a line without one) and the fewest running
         # on a line at it.
-        picks = parts([-1.0] * len(block.minutes) if kv is None else [v or -1.0 for v in kv])
-        filled = parts(
-            [-1.0] * len(block.minutes) if kv is None else [-1.0 if v is None else v for v in kv]
-        )
+        if kv is None:
+            picks = filled = parts([-1.0] * len(block.minutes))
+        else:
+            # (a KV of 0 picks as -1, as a missing one; the column itself where it has
+            # neither)
+            whole = None not in kv
+            filled = parts(kv if whole else [-1.0 if v is None else v for v in kv])
+            picks = filled if whole and 0.0 not in kv else parts([v or -1.0 for v in kv])
         self.peak_at = [
             g.index(max(g)) if not pre else _first_max(list(zip(g, p, strict=True)))
             for g, pre, p in zip(picks, self.pre, self.npre, strict=True)
