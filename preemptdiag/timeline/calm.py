@@ -15,7 +15,8 @@ windows, and the minutes' lines where it counts lines (detect_engine).
 Exact, or not used: `place` gives None, and analyze scans again without calm minutes,
 when a minute has no anchor of its clock before it, when its anchor was not timed from
 its own stamp's date, or when a calm minute would come after every hit of its file (a
-year-less log is moved back a year by its last stamp: events.resolve_times).
+year-less log is moved back a year by its last stamp: events.resolve_times) or before
+every one (lines out of order: its replica's first time is its events' first).
 `windows` gives None when a calm window shares its (replica, start) with a window of
 events; analyze does the same when the replica's preemption count is a late V1 one
 (visibility.Settled reads every stats line's Waiting: analyze.Again).
@@ -227,9 +228,12 @@ def place(
         (h for h in hits if h.ts_engine or h.ts_wrapper), key=lambda h: (h.line, h.pos)
     )
     lines = [h.line for h in anchors]
-    latest = max((e.ts for e in timed.values() if e.ts is not None), default=None)
-    if latest is None:
+    stamps = [e.ts for e in timed.values() if e.ts is not None]
+    if not stamps:
         return None
+    # (a calm minute outside its file's events' span would move its replica's first or
+    # last time, read off the events: replicas.replica_facts)
+    earliest, latest = min(stamps), max(stamps)
     # What the minutes after one anchor read of it: its clock and its event, when it
     # can date them (a run of minutes shares its anchor).
     dating: dict[int, tuple[tuple[str, str], Event] | None] = {}
@@ -263,7 +267,7 @@ def place(
                 return None
             assert e.ts is not None
             ts = e.ts.replace(hour=hour, minute=minute, second=second, microsecond=0)
-            if ts > latest:
+            if ts > latest or ts < earliest:
                 return None
             epoch = int(ts.timestamp())  # (windows.window_start)
             replicas.append(e.replica)

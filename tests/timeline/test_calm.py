@@ -285,6 +285,22 @@ def test_a_clash_across_blocks_scans_again_without_calm_minutes(
     assert spy.gave_up == [analyze.Again.CALM]
 
 
+def test_a_minute_earlier_than_its_files_events_scans_again_without_calm_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Lines out of order (bench/lane_fuzz.py seed 42, input 37): a calm hour's last
+    # line first, then the hour, whose first calm minutes come before every event (the
+    # block's edges) in time. The replica's first time is its events' first: the
+    # minutes are given up.
+    t0 = datetime(2026, 5, 1, 8)
+    hour = [_v1(t0 + timedelta(seconds=10 * i), 0, 20, 0, 30.0) for i in range(360)]
+    path = _write(tmp_path / "out-of-order.log", [hour[-1], *hour[:-1]])
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.gave_up == [analyze.Again.CALM]
+    out = path.with_suffix(".True.json").read_text(encoding="utf-8")
+    assert '"start": "2026-05-01T08:00:00+00:00"' in out.split('"replicas"')[1]
+
+
 def test_a_late_v1_count_reads_every_line_so_no_minute_is_calm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
