@@ -413,7 +413,11 @@ class ReadWindow(Window):
         """The columns of [w.evidence_line() for w in ws]: source, line, sig, kind,
         text, ts (ws all of this class)."""
         lines = [w.evidence_line() for w in ws]
-        return [list(column) for column in zip(*lines, strict=True)] if lines else [[]] * 6
+        return (
+            [list(column) for column in zip(*lines, strict=True)]
+            if lines
+            else [[] for _ in range(6)]
+        )
 
     @classmethod
     def evidence_values(cls, ws: Sequence[ReadWindow], name: str) -> list[FieldValue]:
