@@ -406,7 +406,7 @@ class ReadWindow(Window):
     @classmethod
     def columns(cls, ws: Sequence[ReadWindow], names: Sequence[str]) -> list[list[Any]]:
         """[[getattr(w, name) for w in ws] for name in names] (ws all of this class)."""
-        return [list(map(attrgetter(name), ws)) for name in names]
+        return _attribute_columns(ws, names)
 
     @classmethod
     def evidence_lines(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
@@ -441,11 +441,15 @@ def window_columns(ws: Sequence[Window], names: Sequence[str]) -> list[list[Any]
         columns = (
             kind.columns(cast(list[ReadWindow], group), names)
             if issubclass(kind, ReadWindow)
-            else [list(map(attrgetter(name), group)) for name in names]
+            else _attribute_columns(group, names)
         )
         for column, got in zip(out, columns, strict=True):
             column += got
     return out
+
+
+def _attribute_columns(ws: Sequence[Any], names: Sequence[str]) -> list[list[Any]]:
+    return [list(map(attrgetter(name), ws)) for name in names]
 
 
 _PRINTABLE_ASCII = bytes(range(0x20, 0x7F))

@@ -27,6 +27,7 @@ from preemptdiag.model.records import (
     ScanStats,
     Verdict,
     Window,
+    is_printable,
 )
 from preemptdiag.render import common
 from preemptdiag.render.episodes import Episode, TimelineMode, episodes
@@ -372,15 +373,12 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
     return [get(type(v))(v) for v in col]
 
 
-_PLAIN_ASCII = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
-
-
 def _plain_texts(col: Sequence[str]) -> bool:
     """Whether _quoted would only put quotes around each text: every character from
-    space to tilde, none a quote or a backslash (JSON escapes the rest), found for
-    the column at once (its printable bytes deleted in C)."""
+    space to tilde (records.is_printable of ASCII), none a quote or a backslash (JSON
+    escapes the rest), found for the column at once."""
     joined = "".join(col)
-    return joined.isascii() and not joined.encode("ascii").translate(None, _PLAIN_ASCII)
+    return joined.isascii() and is_printable(joined) and '"' not in joined and "\\" not in joined
 
 
 def _one_zero(col: Sequence[Any]) -> bool:

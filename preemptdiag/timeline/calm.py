@@ -525,16 +525,11 @@ _K_KV_MEAN, _K_RUNNING_MEAN, _K_PROMPT, _K_GEN = range(8, 12)  # (CALM_MEANS' or
 _K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(12, 16)
 
 
-def keeps(r: CalmRows) -> tuple[Sequence[Any], ...]:
-    """The columns of `r`'s frame the CalmWindows of its rows read (_KEPT, then the
-    peak line's fields): shared by them, 8 bytes a value in an array, where a tuple of
-    its row's values a window was ~0.5 KB."""
-    assert r.frame is not None
-    return keeps_of(r.frame.data, len(r.fields))
-
-
 def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any], ...]:
-    """keeps() of a frame's columns (`data`) with this many fields."""
+    """The columns of a frame (`data`, of a signature with this many fields) the
+    CalmWindows of its rows read (_KEPT, then the peak line's fields): shared by them,
+    8 bytes a value in an array, where a tuple of its row's values a window was
+    ~0.5 KB."""
     return tuple(data[j] for j in (*_KEPT, *range(_FIELDS, _FIELDS + fields)))
 
 
@@ -574,7 +569,7 @@ class CalmWindow(ReadWindow):
     # instance has them all, ~240 bytes, whether used or not); the rest in these.
     __slots__ = ("_c", "_i", "_m", "_rows", "_text", "_ts")
     _rows: CalmRows  # (without its frame)
-    _c: tuple[Sequence[Any], ...]  # keeps(): _KEPT's columns, then the peak line's fields
+    _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
     _i: int  # its row in them
     _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
     _ts: datetime  # the peak line's time
@@ -727,8 +722,6 @@ class CalmWindow(ReadWindow):
         for name in names:
             if name in _CALM:
                 out.append([_CALM[name]] * len(calm))
-            elif name in _HELD:
-                out.append(list(map(_HELD[name], calm)))
             elif name in _READ:
                 j, make = _READ[name]
                 got = _gather(runs, j)
@@ -838,9 +831,8 @@ def _ints_or_none(values: list[Any]) -> list[Any]:
 _I, _C, _TEXT, _TS, _REPLICA, _WHY = (
     attrgetter(name) for name in ("_i", "_c", "_text", "_ts", "replica", "why")
 )
-# What CalmWindow.columns reads of a window's own slots, and of its kept columns
-# (with what its property makes of the value).
-_HELD = {name: attrgetter(name) for name in ("replica", "start", "end", "confidence", "why")}
+# What CalmWindow.columns reads of its kept columns (with what its property makes of
+# the value); the rest are Window's own slots or class constants.
 _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {
     "n_events": (_K_N, _ints),
     "n_stats": (_K_N, _ints),
@@ -858,7 +850,7 @@ _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {
 
 def _texts_of(r: CalmRows, columns: tuple[Sequence[Any], ...]) -> _Texts:
     """What every CalmWindow of `r`'s rows holds as text, and which of its kept
-    `columns` (keeps(r)) of the peak line's fields are lists, which may hold text (the
+    `columns` (keeps_of) of the peak line's fields are lists, which may hold text (the
     others are arrays of numbers): the texts of its evidence event are its source,
     signature and engine, and its fields' names and values (the constants and the
     fields, as evidence's)."""
