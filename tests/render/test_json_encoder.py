@@ -121,7 +121,7 @@ def test_a_window_is_its_dict_encoded(w: Window, indent: str) -> None:
 class _Read(ReadWindow):
     """A ReadWindow holding a Window's values, its one event's line read from it."""
 
-    __slots__ = ()
+    __slots__ = tuple(f.name for f in dataclasses.fields(Window))
 
     def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
         (e,) = self.evidence

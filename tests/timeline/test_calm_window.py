@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import FrozenInstanceError, fields, is_dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -171,11 +172,29 @@ def test_a_copy_of_one_is_a_plain_window(pair: tuple[list[Window], list[Window]]
         assert made == _plain(w)
 
 
+def test_it_holds_only_its_own_slots_and_is_a_frozen_window_of_its_values(
+    pair: tuple[list[Window], list[Window]],
+) -> None:
+    w, other = _calm(pair[0])[:2]
+    # (not a Window at run time: a Window's 32 slots would be ~210 bytes more a window)
+    assert sys.getsizeof(w) <= 32 + 8 * len(CalmWindow.__slots__)  # (two headers)
+    assert is_dataclass(w) and fields(w) == fields(Window)
+    assert w == w and w != other and w != _plain(w)
+    assert repr(w) == repr(_plain(w)).replace("Window(", "CalmWindow(", 1)
+    for name in ("kv_max", "why", "_i", "anything"):
+        with pytest.raises(FrozenInstanceError):
+            setattr(w, name, 1)
+        with pytest.raises(FrozenInstanceError):
+            delattr(w, name)
+    # every field is read: a slot, a property or a class constant
+    assert all(hasattr(w, f.name) for f in fields(Window))
+
+
 def _with_text(w: CalmWindow, text: str) -> CalmWindow:
     """w with another peak line text (the lane never keeps a line with an escape or
     a secret: these are the readers' other paths)."""
     out = object.__new__(CalmWindow)
-    for name in (*CalmWindow.__slots__, "replica", "start", "end", "confidence", "why"):
+    for name in CalmWindow.__slots__:
         object.__setattr__(out, name, getattr(w, name))
     object.__setattr__(out, "_text", text)
     return out
