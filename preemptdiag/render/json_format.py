@@ -13,7 +13,7 @@ import operator
 import string
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -318,7 +318,7 @@ def _read_windows_json(ws: list[ReadWindow], indent: str) -> list[str] | None:
     the template's pieces; None when a value is not a plain scalar (window_json
     then, a window at a time)."""
     read = type(ws[0])
-    times: dict[datetime | None, str | None] = {}  # (a window's end is the next one's start)
+    times: dict[int, str] = {}  # (_iso_column's hours)
     made: list[Sequence[Any]] = [
         col
         if make is None
@@ -334,13 +334,18 @@ def _read_windows_json(ws: list[ReadWindow], indent: str) -> list[str] | None:
     made += [file, line, sig, [str(k) for k in kind], text, _iso_column(ts, times)]
     pieces = list(_one_event_pieces(indent))
     glue = [pieces[0]]  # the template's text before each varying field, and after
-    varying: list[list[str]] = []
+    varying: list[Sequence[str]] = []
     for col, after in zip(made, pieces[1:], strict=True):
         texts = _texts(col)
         if texts is None:
             return None
         if texts.count(texts[0]) == len(texts):
-            glue[-1] += texts[0] + after
+            glue[-1] += (f'"{texts[0]}"' if texts is col else texts[0]) + after
+        elif texts is col:
+            # (texts that need no escape: their quotes go into the pieces around them)
+            varying.append(texts)
+            glue[-1] += '"'
+            glue.append('"' + after)
         else:
             varying.append(texts)
             glue.append(after)
@@ -352,9 +357,10 @@ def _read_windows_json(ws: list[ReadWindow], indent: str) -> list[str] | None:
     return list(map("".join, zip(*columns, strict=True)))
 
 
-def _texts(col: Sequence[Any]) -> list[str] | None:
+def _texts(col: Sequence[Any]) -> Sequence[str] | None:
     """The JSON text of each value of a column (_SCALARS'); None when one is not a
-    plain scalar."""
+    plain scalar; the column itself when it is of texts that need no escape: each
+    one's JSON text is itself in quotes (which the caller puts around it)."""
     kinds = set(map(type, col))
     if len(kinds) == 1 and col.count(col[0]) == len(col) and _one_zero(col):
         # (one value in every window, a class constant: written once)
@@ -363,7 +369,7 @@ def _texts(col: Sequence[Any]) -> list[str] | None:
     if kinds == {float} and _finite_sum(col):
         return list(map(float.__repr__, col))  # (_float's checks, for the column at once)
     if kinds == {str} and _plain_texts(col):
-        return [f'"{v}"' for v in col]  # (what _quoted makes of each, ~5x faster)
+        return col  # (what _quoted makes of each is it in quotes)
     if len(kinds) == 1:
         scalar = _SCALARS.get(kinds.pop())
         return None if scalar is None else list(map(scalar, col))
@@ -390,12 +396,38 @@ def _one_zero(col: Sequence[Any]) -> bool:
     return array("d", col).tobytes() == array("d", (first,)).tobytes() * len(col)
 
 
-def _iso_column(
-    col: Sequence[datetime | None], seen: dict[datetime | None, str | None]
-) -> list[str | None]:
-    """common.iso of each; a time in `seen` (a window's end, the next one's start) is
-    not written again: iso depends only on the instant."""
-    return [seen[t] if t in seen else seen.setdefault(t, common.iso(t)) for t in col]
+def _iso_column(col: Sequence[datetime | None], seen: dict[int, str]) -> list[str | None]:
+    """common.iso of each. Aware times of whole seconds (a log's stamps, a window's
+    bounds, the usual) are written from their epoch second: an hour's text (kept in
+    `seen`, by hour since the epoch) and a second's in the hour (_clock), ~2x faster
+    than isoformat."""
+    try:
+        stamps = list(map(_TIMESTAMP, col))
+    except TypeError:  # (None: an undated window)
+        return list(map(common.iso, col))
+    seconds = list(map(int, stamps))
+    # (a naive time is UTC to common.iso, local time to timestamp())
+    if seconds != stamps or None in map(_TZINFO, col):
+        return list(map(common.iso, col))
+    clock = _clock()
+    out: list[str | None] = []
+    for second in seconds:
+        hour, at = divmod(second, 3600)
+        text = seen.get(hour)
+        if text is None:
+            text = seen[hour] = datetime.fromtimestamp(hour * 3600, UTC).isoformat()[:14]
+        out.append(text + clock[at])
+    return out
+
+
+_TZINFO = operator.attrgetter("tzinfo")
+_TIMESTAMP: Callable[[datetime | None], float] = datetime.timestamp  # type: ignore[assignment]
+
+
+@functools.cache
+def _clock() -> list[str]:
+    """The text after an hour's of each second in it, as UTC's isoformat ends."""
+    return [f"{m:02d}:{s:02d}+00:00" for m in range(60) for s in range(60)]
 
 
 def _finite_column(col: Sequence[Any]) -> Sequence[Any]:

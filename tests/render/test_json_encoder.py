@@ -6,7 +6,7 @@ import dataclasses
 import json
 import re
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from enum import IntEnum
 from typing import Any
 
@@ -16,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptdiag.model.records import Class, Event, Kind, ReadWindow, Window
+from preemptdiag.render import common
 from preemptdiag.render.json_format import (
+    _iso_column,
     _texts,
     dumps_indented,
     window_dict,
@@ -202,6 +204,40 @@ def test_a_value_that_is_not_a_plain_scalar_sends_the_run_a_window_at_a_time() -
     )
 )
 def test_a_column_of_texts_is_each_text_quoted(col: list[str]) -> None:
-    # (a column of plain texts is quoted at once; any other text the encoder's way)
-    assert _texts(col) == [json.dumps(v) for v in col]
-    assert _texts(col) == [json.encoder.encode_basestring_ascii(v) for v in col]
+    # (a column of plain texts is given as it is, its quotes left to the caller; any
+    # other text quoted the encoder's way)
+    got = _texts(col)
+    assert got is not None
+    quoted = [f'"{v}"' for v in got] if got is col else list(got)
+    assert quoted == [json.dumps(v) for v in col]
+    assert quoted == [json.encoder.encode_basestring_ascii(v) for v in col]
+    assert (got is col) == all(json.dumps(v) == f'"{v}"' for v in col) or len(set(col)) == 1
+
+
+_TIMES = st.one_of(
+    st.none(),
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [None, UTC, timezone(timedelta(0)), timezone(timedelta(hours=5, minutes=30))]
+        ),
+    ),
+    # (whole seconds, the usual: a log's stamps and a window's bounds)
+    st.datetimes(
+        min_value=datetime(1969, 12, 1),
+        max_value=datetime(2100, 1, 1),
+        timezones=st.just(UTC),
+    ).map(lambda t: t.replace(microsecond=0)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TIMES, min_size=1, max_size=8), st.booleans())
+def test_a_column_of_times_is_each_time_as_iso_writes_it(
+    col: list[datetime | None], again: bool
+) -> None:
+    seen: dict[int, str] = {}
+    if again:  # (the hours seen are kept from column to column)
+        _iso_column(col[::-1], seen)
+    assert _iso_column(col, seen) == [common.iso(t) for t in col]
