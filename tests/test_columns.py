@@ -12,9 +12,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from preemptdiag.model.records import Columns, Const, column_of
+from preemptdiag.model.records import CALM_COLUMNS, Columns, Const, Packed, column_of
+from preemptdiag.scan import lane
 from preemptdiag.scan.lane import plain_columns
+from preemptdiag.scan.signatures import load as load_signatures
 
 
 def _table() -> Columns:
@@ -163,3 +167,72 @@ def test_plain_columns_keeps_a_column_of_one_value_once() -> None:
     assert isinstance(t.column("n"), array)
     # ~20 bytes pickled for a column of one value, not one a row
     assert len(pickle.dumps(Const(None, 100_000))) < 100
+
+
+# records.Packed: the calm minutes' peak lines, kept compressed.
+
+_LINES = st.lists(
+    st.one_of(
+        st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=20
+        ),
+        st.sampled_from(["", "tab\there", "del\x7f", "\x1b[31mred", "é", "a\rb"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LINES)
+def test_packed_is_a_sequence_of_its_texts(texts: list[str]) -> None:
+    packed = Packed.of(texts)
+    assert packed is not None
+    for got in (packed, pickle.loads(pickle.dumps(packed))):
+        assert len(got) == len(texts)
+        assert list(got) == texts
+        assert got[:] == texts and got[1:3] == texts[1:3]
+        assert [got[i] for i in range(-len(texts), len(texts))] == texts + texts
+        assert got.longest == max(map(len, texts), default=0)
+        # (the sanitiser's test of every text, known without opening them)
+        assert got.printable is all(t.isprintable() for t in texts)
+        assert got == packed
+    other = Packed.of([*texts, "x"])
+    assert other is not None and other != packed
+    with pytest.raises(TypeError):
+        hash(packed)
+
+
+def test_packed_opens_the_last_read_once() -> None:
+    a, b = Packed.of(["a", "b"]), Packed.of(["c"])
+    assert a is not None and b is not None
+    assert a.texts() is a.texts()  # (one column read after another keeps it open)
+    first = a.texts()
+    assert b[0] == "c"
+    assert a.texts() is not first and a.texts() == first  # (opened again)
+
+
+@pytest.mark.parametrize("texts", [["a\nb", "c"], ["\ud800"], ["ok", "line\nbreak"]])
+def test_texts_with_a_newline_or_a_lone_surrogate_are_not_packed(texts: list[str]) -> None:
+    assert Packed.of(texts) is None
+
+
+def test_a_frames_peak_lines_are_packed_when_its_calm_rows_are_made() -> None:
+    sig = next(s for s in load_signatures() if s.id == "vllm.v1.stats")
+    at = CALM_COLUMNS.index("peak_text")
+
+    def frame(n: int) -> Columns:
+        texts = [f"Engine 000: Avg prompt throughput: {i}.0 tokens/s" for i in range(n)]
+        return Columns(
+            CALM_COLUMNS, tuple(texts if j == at else Const(0, n) for j in range(len(CALM_COLUMNS)))
+        )
+
+    made = frame(lane.PACK_MIN)
+    got = lane.calm_rows("a.log", sig, False, made).frame
+    assert got is not None
+    assert isinstance(got.data[at], Packed) and list(got.data[at]) == made.data[at]
+    assert all(got.data[j] is made.data[j] for j in range(len(CALM_COLUMNS)) if j != at)
+    # (a few are kept as they are)
+    few = frame(lane.PACK_MIN - 1)
+    got = lane.calm_rows("a.log", sig, False, few).frame
+    assert got is not None and got.data[at] is few.data[at]

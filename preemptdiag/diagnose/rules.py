@@ -240,7 +240,7 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
         ws = list(group)
         if issubclass(kind, ReadWindow):
             reads: list[ReadWindow] = ws  # type: ignore[assignment]
-            source, line, _, kinds, _, _ = kind.evidence_lines(reads)
+            source, line, kinds = kind.evidence_places(reads)
             kv = kind.evidence_values(reads, "kv_usage")
             if kinds.count(Kind.STATS) == len(kinds) and source.count(source[0]) == len(source):
                 taken = seen.setdefault(source[0], set())

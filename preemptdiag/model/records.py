@@ -7,12 +7,14 @@ sources -> scan (Hit) -> events (Event) -> windows (Window) -> rules (Verdict)
 from __future__ import annotations
 
 import math
+import zlib
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cache, partial
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -245,6 +247,96 @@ class Const(Sequence[Any]):
         return repeat(self.value, self.length)
 
 
+class Packed(Sequence[str]):
+    """A column of texts kept compressed: the calm minutes' peak lines, which a
+    report reads twice (the redactor, the JSON writer) and a window at a time seldom
+    (a month's are ~10 MB as str objects, ~1 MB so, and pickled from a --jobs worker
+    so). Its texts are one zstd frame (level 1: a month's in ~15 ms, opened in ~10)
+    of them joined by newlines (a line holds none); zlib where no zstd module is.
+    The last column read keeps its texts open (_OPEN), so a pass over the columns in
+    order, or a window's text after its neighbour's, opens each once."""
+
+    __slots__ = ("_blob", "_length", "longest", "printable")
+
+    def __init__(self, blob: bytes, length: int, longest: int, printable: bool) -> None:
+        self._blob = blob
+        self._length = length
+        self.longest = longest  # the longest text's length
+        self.printable = printable  # every text is: is_printable (the sanitiser's test)
+
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> Packed | None:
+        """`texts` packed; None when a text holds a newline or cannot be UTF-8 (a lone
+        surrogate)."""
+        joined = "\n".join(texts)
+        if joined.count("\n") != max(len(texts) - 1, 0):
+            return None
+        try:
+            data = joined.encode()
+        except UnicodeEncodeError:
+            return None
+        if data.isascii():
+            # (is_printable of every text: their bytes less the printable ones and the
+            # newlines between them, deleted in C)
+            printable = not data.translate(None, _PRINTABLE_LINES)
+        else:
+            printable = is_printable("".join(texts))
+        return cls(_codec()[0](data), len(texts), max(map(len, texts), default=0), printable)
+
+    def __reduce__(self) -> tuple[type, tuple[bytes, int, int, bool]]:
+        return Packed, (self._blob, self._length, self.longest, self.printable)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def texts(self) -> list[str]:
+        """Every text, in order (the list is shared: not to be changed)."""
+        global _OPEN
+        if _OPEN is not None and _OPEN[0] is self:
+            return _OPEN[1]
+        out = _codec()[1](self._blob).decode().split("\n") if self._length else []
+        _OPEN = (self, out)
+        return out
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        return self.texts()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.texts())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Packed):
+            return self._blob == other._blob or self.texts()[:] == other.texts()
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@cache
+def _codec() -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
+    """(pack, unpack), imported when first used. The standard library has zstd from
+    3.14; backports.zstd is the same module, a dependency below 3.14
+    (ingest/compression.py reads .zst logs with it)."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        try:
+            from backports import zstd  # type: ignore[no-redef,unused-ignore]
+        except ImportError:
+            return partial(zlib.compress, level=1), zlib.decompress
+    return partial(zstd.compress, level=1), zstd.decompress
+
+
+_PRINTABLE_LINES = bytes(range(0x20, 0x7F)) + b"\n"
+
+
+_OPEN: tuple[Packed, list[str]] | None = None  # (Packed.texts: the last one read)
+
+
 def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:
     """`values` as a Columns column keeps them: one value in every row (8 rows or
     more) a Const; floats (`d`) or ints (`q`) with no gap an array; strings that
@@ -442,6 +534,13 @@ class ReadWindow(_ReadBase):
             if lines
             else [[] for _ in range(6)]
         )
+
+    @classmethod
+    def evidence_places(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
+        """The source, line and kind columns of evidence_lines (without reading the
+        texts: a calm window's are packed, records.Packed)."""
+        source, line, _, kind, _, _ = cls.evidence_lines(ws)
+        return [source, line, kind]
 
     @classmethod
     def evidence_values(cls, ws: Sequence[ReadWindow], name: str) -> list[FieldValue]:

@@ -51,9 +51,11 @@ from preemptdiag.model.records import (
     CALM_MEANS,
     CalmRows,
     Columns,
+    Const,
     FieldValue,
     Hit,
     Kind,
+    Packed,
     Rollup,
     RollupStats,
     WrapperStamp,
@@ -1072,10 +1074,34 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
 
 
 def calm_rows(source: str, sig: Signature, sglang: bool, frame: Columns) -> CalmRows:
-    """A block's calm minutes of `sig` (frame: CALM_COLUMNS, then f_ and each field)."""
+    """A block's calm minutes of `sig` (frame: CALM_COLUMNS, then f_ and each field),
+    their peak lines' texts packed (records.Packed: a month's are ~10 MB as texts,
+    ~1 MB packed, held by the report and sent by a --jobs worker so)."""
     return CalmRows(
-        source, sig.id, sig.kind, sig.engine, sig.constants, tuple(sig.fields), sglang, frame
+        source,
+        sig.id,
+        sig.kind,
+        sig.engine,
+        sig.constants,
+        tuple(sig.fields),
+        sglang,
+        _packed(frame),
     )
+
+
+_PEAK_TEXT = CALM_COLUMNS.index("peak_text")
+PACK_MIN = 16  # (fewer texts are kept as they are: packing them saves little)
+
+
+def _packed(frame: Columns) -> Columns:
+    texts = frame.data[_PEAK_TEXT]
+    if isinstance(texts, Const) or len(texts) < PACK_MIN:
+        return frame
+    packed = Packed.of(texts)
+    if packed is None:
+        return frame
+    data = frame.data
+    return Columns(frame.names, (*data[:_PEAK_TEXT], packed, *data[_PEAK_TEXT + 1 :]))
 
 
 def plain_columns(frame: pl.DataFrame) -> Columns:

@@ -50,6 +50,7 @@ from preemptdiag.model.records import (
     FieldValue,
     Hit,
     Kind,
+    Packed,
     ReadWindow,
     RollupStats,
     Window,
@@ -518,11 +519,12 @@ _KEPT = (
     _PEAK_LINE,
     _PEAK_POS,
     _PEAK_PROC,
+    _PEAK_TEXT,
 )
 _K_N, _K_KV, _K_RUNNING, _K_SWAPPED_FIRST, _K_SWAPPED_LAST, _K_SWAPPED = range(6)
 _K_PEAK_KV, _K_PEAK_RUNNING = 6, 7
 _K_KV_MEAN, _K_RUNNING_MEAN, _K_PROMPT, _K_GEN = range(8, 12)  # (CALM_MEANS' order)
-_K_LINE, _K_POS, _K_PROC, _K_FIELDS = range(12, 16)
+_K_LINE, _K_POS, _K_PROC, _K_TEXT, _K_FIELDS = range(12, 17)
 
 
 def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any], ...]:
@@ -573,7 +575,6 @@ class CalmWindow(ReadWindow):
         "_i",
         "_m",
         "_rows",
-        "_text",
         "_ts",
         "confidence",
         "end",
@@ -586,7 +587,6 @@ class CalmWindow(ReadWindow):
     _i: int  # its row in them
     _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
     _ts: datetime  # the peak line's time
-    _text: str  # the peak line's text, as its event holds it
 
     @classmethod
     def made(
@@ -607,9 +607,10 @@ class CalmWindow(ReadWindow):
         texts = _texts_of(rows, columns)
         n, kv, second = (_listed(data[j]) for j in (_N, _MAXES + _KV, _PEAK_SECOND))
         raw = data[_PEAK_TEXT]
-        if max(map(len, raw), default=0) > MAX_EVIDENCE_CHARS:
-            raw = [_text(t) for t in raw]  # (cut, as the scan cuts evidence)
-        raw = _listed(raw)
+        longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
+        if longest > MAX_EVIDENCE_CHARS:
+            # (cut, as the scan cuts evidence: rare, a line of over 600 characters)
+            columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
         out: list[CalmWindow] = []
         new = object.__new__
         _set = object.__setattr__  # (Window is frozen; slot by slot)
@@ -626,7 +627,6 @@ class CalmWindow(ReadWindow):
             _set(self, "start", start)
             _set(self, "end", end)
             _set(self, "_ts", ts.replace(second=second[i]))
-            _set(self, "_text", raw[i])
             _set(self, "confidence", confidence)
             _set(self, "why", whys.setdefault(why, why))
             out.append(self)
@@ -693,13 +693,20 @@ class CalmWindow(ReadWindow):
     def evidence(self) -> tuple[Event, ...]:
         c, i = self._c, self._i
         h = _peak_hit(
-            self._rows, c[_K_LINE][i], self._values(), self._text, None, c[_K_PROC][i], c[_K_POS][i]
+            self._rows,
+            c[_K_LINE][i],
+            self._values(),
+            c[_K_TEXT][i],
+            None,
+            c[_K_PROC][i],
+            c[_K_POS][i],
         )
         return (stamp_event(h, self._ts, self.replica),)
 
     def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
         r = self._rows
-        return (r.source, self._c[_K_LINE][self._i], r.sig, r.kind, self._text, self._ts)
+        c, i = self._c, self._i
+        return (r.source, c[_K_LINE][i], r.sig, r.kind, c[_K_TEXT][i], self._ts)
 
     def evidence_field(self, name: str) -> FieldValue:
         r = self._rows
@@ -718,7 +725,7 @@ class CalmWindow(ReadWindow):
         return [
             self.replica,
             self.why,
-            self._text,
+            c[_K_TEXT][i],
             "" if proc is None else proc,
             *shared,
             *(f for f in values if type(f) is str),
@@ -761,9 +768,20 @@ class CalmWindow(ReadWindow):
             _gather(runs, _K_LINE),
             sig,
             kind,
-            list(map(_TEXT, calm)),
+            _gather(runs, _K_TEXT),
             list(map(_TS, calm)),
         ]
+
+    @classmethod
+    def evidence_places(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
+        calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
+        runs = _runs(calm)
+        source: list[str] = []
+        kind: list[Kind] = []
+        for rows, _, a, b in runs:
+            source += [rows.source] * (b - a)
+            kind += [rows.kind] * (b - a)
+        return [source, _gather(runs, _K_LINE), kind]
 
     @classmethod
     def evidence_values(cls, ws: Sequence[ReadWindow], name: str) -> list[FieldValue]:
@@ -794,7 +812,10 @@ class CalmWindow(ReadWindow):
             texts += [p for p in columns[_K_PROC][a:b] if p is not None]
         texts += set(map(_REPLICA, calm))
         texts += set(map(_WHY, calm))
-        texts += map(_TEXT, calm)
+        for _, columns, a, b in runs:
+            column = columns[_K_TEXT]
+            if not (isinstance(column, Packed) and column.printable):  # (known when packed)
+                texts += column[a:b]
         return is_printable("".join(texts))
 
 
@@ -841,9 +862,7 @@ def _ints_or_none(values: list[Any]) -> list[Any]:
     return [None if v is None else int(v) for v in values]
 
 
-_I, _C, _TEXT, _TS, _REPLICA, _WHY = (
-    attrgetter(name) for name in ("_i", "_c", "_text", "_ts", "replica", "why")
-)
+_I, _C, _TS, _REPLICA, _WHY = (attrgetter(name) for name in ("_i", "_c", "_ts", "replica", "why"))
 # What CalmWindow.columns reads of its kept columns (with what its property makes of
 # the value); the rest are Window's own slots or class constants.
 _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {

@@ -26,7 +26,7 @@ import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
-from preemptdiag.model.records import ReadWindow, Window, is_printable, window_columns
+from preemptdiag.model.records import Packed, ReadWindow, Window, is_printable, window_columns
 from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
@@ -188,6 +188,8 @@ def test_it_holds_only_its_own_slots_and_is_a_frozen_window_of_its_values(
             delattr(w, name)
     # every field is read: a slot, a property or a class constant
     assert all(hasattr(w, f.name) for f in fields(Window))
+    # (their peak lines' texts are packed, records.Packed: what these tests read)
+    assert any(isinstance(w._c[calm._K_TEXT], Packed) for w in _calm(pair[0]))
 
 
 def _with_text(w: CalmWindow, text: str) -> CalmWindow:
@@ -196,7 +198,10 @@ def _with_text(w: CalmWindow, text: str) -> CalmWindow:
     out = object.__new__(CalmWindow)
     for name in CalmWindow.__slots__:
         object.__setattr__(out, name, getattr(w, name))
-    object.__setattr__(out, "_text", text)
+    # (its row's text in a copy of its kept columns)
+    texts = list(w._c[calm._K_TEXT])
+    texts[w._i] = text
+    object.__setattr__(out, "_c", (*w._c[: calm._K_TEXT], texts, *w._c[calm._K_TEXT + 1 :]))
     return out
 
 
