@@ -85,3 +85,27 @@ def test_a_gap_ends_the_run_and_another_replicas_window_is_passed_over() -> None
     ws[1] = make_window(1, replica="a", cls=Class.HEALTHY)
     run = rules._episode(ws, _SECONDS, rules._Read.of(ws))
     assert [(w.replica, w.start) for w in run] == [("a", T0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), max_size=8),
+    st.lists(st.lists(st.integers(0, 40), max_size=10), max_size=4),
+    st.lists(st.integers(-1, 41), max_size=10),
+)
+def test_the_lines_taken_are_a_set_of_them(
+    added: list[int], runs: list[list[int]], asked: list[int]
+) -> None:
+    # (the verdict's evidence: a run of calm windows' lines, which only go up, taken
+    # without a set of them, and any other line one at a time)
+    taken, model = rules._Taken(), set(added)
+    for at in added:
+        taken.add(at)
+    for lines in runs:
+        up = sorted(set(lines))
+        if up:
+            assert taken.isdisjoint(up) is model.isdisjoint(up)
+            if model.isdisjoint(up):
+                taken.runs.append(up)
+                model |= set(up)
+    assert [at in taken for at in asked] == [at in model for at in asked]
