@@ -186,10 +186,14 @@ class _Read:
                     out[i] = benign
         return out
 
-    def earliest(self, among: list[int]) -> int | None:
+    def earliest(self, among: Sequence[int]) -> int | None:
         """The window of `among` with the earliest start (the first such), if one has
         a start."""
-        dated = [i for i in among if self.start[i] is not None]
+        dated = (
+            among
+            if type(among) is range and None not in self.start
+            else [i for i in among if self.start[i] is not None]
+        )
         start = cast(Callable[[int], datetime], self.start.__getitem__)
         return min(dated, key=start) if dated else None
 
@@ -201,7 +205,13 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
     """The earliest run of windows (one replica) of the most severe class."""
     ranks = read.ranks()
     best = min(ranks)
-    worst = [i for i, r in enumerate(ranks) if r == best]
+    # (a month of calm windows is all of one class: their indexes are a range, not a
+    # list of 43,200 ints)
+    worst: Sequence[int] = (
+        range(len(ranks))
+        if ranks.count(best) == len(ranks)
+        else [i for i, r in enumerate(ranks) if r == best]
+    )
     # The first of them by (start, undated last; replica), as a stable sort puts it.
     k = read.earliest(worst)
     if k is None:
@@ -211,7 +221,7 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
             (read.start[i], read.replica[i], i) for i in worst if read.start[i] == read.start[k]
         )
     cls, replica = read.cls[k], read.replica[k]
-    run = [k]
+    run = [windows[k]]
     prev = read.start[k]
     for i in range(k + 1, len(windows)):
         if read.replica[i] != replica:
@@ -224,9 +234,9 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
             or (start - prev).total_seconds() > seconds
         ):
             break
-        run.append(i)
+        run.append(windows[i])
         prev = start
-    return [windows[i] for i in run]
+    return run
 
 
 class _Taken:
