@@ -15,7 +15,7 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache, partial
-from itertools import groupby, repeat
+from itertools import chain, groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
@@ -558,16 +558,26 @@ class ReadWindow(_ReadBase):
 def window_columns(ws: Sequence[Window], names: Sequence[str]) -> list[list[Any]]:
     """[[getattr(w, name) for w in ws] for name in names]; a run of ReadWindows of one
     class read a column at a time (ReadWindow.columns)."""
-    out: list[list[Any]] = [[] for _ in names]
+    parts: list[list[list[Any]]] = []
     for kind, run in groupby(ws, type):
         group = list(run)
-        columns = (
+        parts.append(
             kind.columns(cast(list[ReadWindow], group), names)
             if issubclass(kind, ReadWindow)
             else _attribute_columns(group, names)
         )
-        for column, got in zip(out, columns, strict=True):
-            column += got
+    if len(parts) <= 1:
+        return parts[0] if parts else [[] for _ in names]
+    # Each column is its runs' parts put around the longest one in place (a month's
+    # calm windows between a few others: no second copy of 43,200 values).
+    out: list[list[Any]] = []
+    for j in range(len(names)):
+        got = [p[j] for p in parts]
+        k = max(range(len(got)), key=lambda i: len(got[i]))
+        column = got[k]
+        column[:0] = chain.from_iterable(got[:k])
+        column += chain.from_iterable(got[k + 1 :])
+        out.append(column)
     return out
 
 

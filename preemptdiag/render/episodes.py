@@ -93,31 +93,36 @@ class Episode:
 
 
 def _peak(values: Sequence[float | int | None]) -> float | int | None:
-    present = [v for v in values if v is not None and v == v]  # v == v drops NaN
-    return max(present) if present else None
+    # (v == v drops NaN)
+    return max((v for v in values if v is not None and v == v), default=None)
 
 
 # What an episode reads of its windows, a column each (records.window_columns: a
-# month's calm windows a column at a time, not a property a window and use).
-_READ = (
-    "replica",
-    "cls",
-    "start",
+# month's calm windows a column at a time, not a property a window and use): what
+# cuts the runs, then their ends and counts, then their peaks (a few columns at a
+# time: a month's eleven at once were ~10 MiB).
+_RUNS = ("cls", "replica", "start")
+_COUNTS = (
     "end",
     "confidence",
     "preemptions",
     "preemptions_lower_bound",
     "preemptions_spread_over",
-    "kv_max",
-    "waiting_max",
-    "running_max",
 )
+_PEAKS = ("kv_max", "waiting_max", "running_max")
 
 
-def _episode(
-    c: dict[str, list[Any]], first: int, last: int, verdict: bool, seconds: int
-) -> Episode:
-    """The episode of windows `first` to `last` (`c`: their replica's windows' columns)."""
+@dataclass(frozen=True, slots=True)
+class _Run:
+    first: int
+    last: int
+    verdict: bool
+
+
+def _counted(c: dict[str, list[Any]], r: _Run, seconds: int) -> dict[str, Any]:
+    """What an episode says of run `r` of its replica's windows (`c`: _RUNS' and
+    _COUNTS' columns) but its peaks."""
+    first, last = r.first, r.last
     n = last - first + 1
     start, end = c["start"][first], c["end"][last]
     silent = 0
@@ -126,54 +131,67 @@ def _episode(
         silent = max(0, span - n)
 
     def run(name: str) -> list[Any]:
-        return c[name][first : last + 1]
+        return _part(c[name], first, last)
 
     counts = Counter(run("confidence"))
     order = list(Confidence)
-    kv = _peak(run("kv_max"))
-    waiting = _peak(run("waiting_max"))
-    running = _peak(run("running_max"))
     preemptions = run("preemptions")
-    return Episode(
+    return {
         # which run
-        replica=c["replica"][first],
-        cls=c["cls"][first],
-        first=first,
-        n=n,
-        verdict=verdict,
+        "replica": c["replica"][first],
+        "cls": c["cls"][first],
+        "first": first,
+        "n": n,
+        "verdict": r.verdict,
         # when
-        start=start,
-        end=end,
-        silent=silent,
+        "start": start,
+        "end": end,
+        "silent": silent,
         # how many preemptions, and how sure that count is
-        preemptions=round(sum(preemptions), 2),
-        preemptions_lower_bound=any(run("preemptions_lower_bound")),
-        preemptions_estimated=any(
+        "preemptions": round(sum(preemptions), 2),
+        "preemptions_lower_bound": any(run("preemptions_lower_bound")),
+        "preemptions_estimated": any(
             spread and p
             for spread, p in zip(run("preemptions_spread_over"), preemptions, strict=True)
         ),
-        # its peaks
-        kv_max=None if kv is None else float(kv),
-        waiting_max=None if waiting is None else int(waiting),
-        running_max=None if running is None else int(running),
         # how sure its class is, window by window
-        confidence=tuple(sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))),
-    )
+        "confidence": tuple(sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))),
+    }
+
+
+def _part(column: list[Any], first: int, last: int) -> list[Any]:
+    """column[first : last + 1]; the column itself when that is all of it (a month
+    of calm windows is one run)."""
+    return column if first == 0 and last + 1 == len(column) else column[first : last + 1]
+
+
+def _peaks(c: dict[str, list[Any]], r: _Run) -> dict[str, Any]:
+    """Run `r`'s peaks (`c`: _PEAKS' columns)."""
+    kv, waiting, running = (_peak(_part(c[name], r.first, r.last)) for name in _PEAKS)
+    return {
+        "kv_max": None if kv is None else float(kv),
+        "waiting_max": None if waiting is None else int(waiting),
+        "running_max": None if running is None else int(running),
+    }
 
 
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
-    c = dict(zip(_READ, window_columns(ws, _READ), strict=True))
+    c = dict(zip(_RUNS, window_columns(ws, _RUNS), strict=True))
     mine = _in_episode(v, c["cls"], c["replica"], c["start"])
-    out: list[Episode] = []
+    runs: list[_Run] = []
     i = 0
     # (a run: one class, by identity, and in the verdict's episode or not)
     for _, group in groupby(zip(map(id, c["cls"]), mine, strict=True)):
         n = len(list(group))
-        out.append(_episode(c, i, i + n - 1, mine[i], seconds))
+        runs.append(_Run(i, i + n - 1, mine[i]))
         i += n
-    return out
+    del mine
+    c.update(zip(_COUNTS, window_columns(ws, _COUNTS), strict=True))
+    made = [_counted(c, r, seconds) for r in runs]
+    c = dict(zip(_PEAKS, window_columns(ws, _PEAKS), strict=True))
+    return [Episode(**m, **_peaks(c, r)) for m, r in zip(made, runs, strict=True)]
 
 
 def focus(eps: Sequence[Episode]) -> Episode | None:

@@ -129,6 +129,7 @@ def test_a_run_of_them_reads_a_column_at_a_time_as_one_at_a_time(
         assert got == want
         assert [list(map(type, c)) for c in got] == [list(map(type, c)) for c in want]
         assert CalmWindow.evidence_lines(run) == ReadWindow.evidence_lines(run)
+        assert CalmWindow.evidence_places(run) == ReadWindow.evidence_places(run)
         assert CalmWindow.printable(run) is ReadWindow.printable(run) is True
         e = run[0].evidence[0]
         for field in (*e.fields, "no_such_field"):
