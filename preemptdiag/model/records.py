@@ -15,7 +15,7 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache, partial
-from itertools import chain, groupby, repeat
+from itertools import accumulate, chain, groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
@@ -251,66 +251,81 @@ class Packed(Sequence[str]):
     """A column of texts kept compressed: the calm minutes' peak lines, which a
     report reads twice (the redactor, the JSON writer) and a window at a time seldom
     (a month's are ~10 MB as str objects, ~1 MB so, and pickled from a --jobs worker
-    so). Its texts are one zstd frame (level 1: a month's in ~15 ms, opened in ~10)
-    of them joined by newlines (a line holds none); zlib where no zstd module is.
-    The last column read keeps its texts open (_OPEN), so a pass over the columns in
-    order, or a window's text after its neighbour's, opens each once."""
+    so). Its texts are one zstd frame of them end to end (level 1: a month's in
+    ~15 ms, opened in ~10; zlib where no zstd module is) and where each ends (4
+    bytes a text). The last column read keeps its text open (_OPEN), so a pass over
+    the columns in order, or a window's text after its neighbour's, opens each once."""
 
-    __slots__ = ("_blob", "_length", "longest", "printable")
+    __slots__ = ("_blob", "_ends", "longest", "printable")
 
-    def __init__(self, blob: bytes, length: int, longest: int, printable: bool) -> None:
+    def __init__(self, blob: bytes, ends: array[int], longest: int, printable: bool) -> None:
         self._blob = blob
-        self._length = length
+        self._ends = ends
         self.longest = longest  # the longest text's length
         self.printable = printable  # every text is: is_printable (the sanitiser's test)
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> Packed | None:
-        """`texts` packed; None when a text holds a newline or cannot be UTF-8 (a lone
-        surrogate)."""
-        joined = "\n".join(texts)
-        if joined.count("\n") != max(len(texts) - 1, 0):
-            return None
+        """`texts` packed; None when one cannot be UTF-8 (a lone surrogate)."""
+        joined = "".join(texts)
         try:
             data = joined.encode()
         except UnicodeEncodeError:
             return None
-        if data.isascii():
-            # (is_printable of every text: their bytes less the printable ones and the
-            # newlines between them, deleted in C)
-            printable = not data.translate(None, _PRINTABLE_LINES)
-        else:
-            printable = is_printable("".join(texts))
-        return cls(_codec()[0](data), len(texts), max(map(len, texts), default=0), printable)
+        lengths = list(map(len, texts))
+        # (is_printable of every text: of them end to end)
+        printable = (
+            not data.translate(None, _PRINTABLE_ASCII) if data.isascii() else (joined.isprintable())
+        )
+        return cls(
+            _codec()[0](data), array("I", accumulate(lengths)), max(lengths, default=0), printable
+        )
 
-    def __reduce__(self) -> tuple[type, tuple[bytes, int, int, bool]]:
-        return Packed, (self._blob, self._length, self.longest, self.printable)
+    def __reduce__(self) -> tuple[type, tuple[bytes, array[int], int, bool]]:
+        return Packed, (self._blob, self._ends, self.longest, self.printable)
 
     def __len__(self) -> int:
-        return self._length
+        return len(self._ends)
 
-    def texts(self) -> list[str]:
-        """Every text, in order (the list is shared: not to be changed)."""
+    def _text(self) -> str:
+        """The texts end to end."""
         global _OPEN
         if _OPEN is not None and _OPEN[0] is self:
             return _OPEN[1]
-        out = _codec()[1](self._blob).decode().split("\n") if self._length else []
+        out = _codec()[1](self._blob).decode()
         _OPEN = (self, out)
         return out
+
+    def texts(self) -> list[str]:
+        """Every text, in order."""
+        return self[:]
 
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload
     def __getitem__(self, i: slice) -> list[str]: ...
     def __getitem__(self, i: int | slice) -> str | list[str]:
-        return self.texts()[i]
+        text, ends = self._text(), self._ends
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(ends))
+            if step != 1:
+                return self[:][i]
+            if a >= b:
+                return []
+            starts = ends[a - 1 : b - 1] if a else [0, *ends[: b - 1]]
+            return [text[s:e] for s, e in zip(starts, ends[a:b], strict=True)]
+        if i < 0:
+            i += len(ends)
+        if not 0 <= i < len(ends):
+            raise IndexError("Packed index out of range")
+        return text[ends[i - 1] if i else 0 : ends[i]]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.texts())
+        return iter(self[:])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Packed):
-            return self._blob == other._blob or self.texts()[:] == other.texts()
+            return self[:] == other[:]
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -331,10 +346,7 @@ def _codec() -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
     return partial(zstd.compress, level=1), zstd.decompress
 
 
-_PRINTABLE_LINES = bytes(range(0x20, 0x7F)) + b"\n"
-
-
-_OPEN: tuple[Packed, list[str]] | None = None  # (Packed.texts: the last one read)
+_OPEN: tuple[Packed, str] | None = None  # (Packed._text: the last one read)
 
 
 def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:

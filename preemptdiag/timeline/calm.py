@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from itertools import groupby, pairwise
 from operator import attrgetter
 from typing import Any
@@ -95,13 +95,14 @@ _FIELDS = len(CALM_COLUMNS)
 @dataclass(frozen=True, slots=True)
 class Placed:
     """The calm minutes of a frame of rows on the timeline: for each row, its replica,
-    first line's time and window (their values are read when their windows are made:
-    a month's rows as Python values were ~60 MB), and its lines (`n`, the frame's
-    column: it goes once read)."""
+    the time of the stamp that dates it (its anchor: the row's time is that day at
+    the row's clock, _at) and window (their values are read when their windows are
+    made: a month's rows as Python values were ~60 MB), and its lines (`n`, the
+    frame's column: it goes once read)."""
 
     rows: CalmRows
     replicas: list[str]
-    ts: list[datetime]
+    anchors: list[datetime]
     wstarts: list[int]
     n: Sequence[int]
 
@@ -235,6 +236,8 @@ def place(
     # (a calm minute outside its file's events' span would move its replica's first or
     # last time, read off the events: replicas.replica_facts)
     earliest, latest = min(stamps), max(stamps)
+    early, late = _micros(earliest), _micros(latest)
+    days: dict[int, int | None] = {}  # (by anchor: _day_at of its time)
     # What the minutes after one anchor read of it: its clock and its event, when it
     # can date them (a run of minutes shares its anchor).
     dating: dict[int, tuple[tuple[str, str], Event] | None] = {}
@@ -243,7 +246,7 @@ def place(
         kind = "w" if r.sglang else "e"
         assert r.frame is not None
         replicas: list[str] = []
-        times: list[datetime] = []
+        dated: list[datetime] = []  # (Placed.anchors)
         starts: list[int] = []
         cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
         # (k: the anchors before the row's line, bisect_left's answer, found by stepping
@@ -267,16 +270,49 @@ def place(
             if anchor_kind != kind or anchor_day != day:
                 return None
             assert e.ts is not None
-            ts = e.ts.replace(hour=hour, minute=minute, second=second, microsecond=0)
-            if ts > latest or ts < earliest:
-                return None
-            epoch = int(ts.timestamp())  # (windows.window_start)
+            day_at = days.get(k)
+            if day_at is None:
+                day_at = days[k] = _day_at(e.ts)
+            if day_at is not None and hour < 24 and minute < 60 and second < 60:
+                # (the usual: a fixed offset, its day's midnight and the clock, exactly)
+                epoch = day_at + hour * 3600 + minute * 60 + second
+                if not early <= epoch * _US <= late:
+                    return None
+            else:
+                ts = _at(e.ts, hour, minute, second)
+                if ts > latest or ts < earliest:
+                    return None
+                epoch = int(ts.timestamp())  # (windows.window_start)
             replicas.append(e.replica)
-            times.append(ts)
+            dated.append(e.ts)
             starts.append(epoch - epoch % seconds)
         if replicas:  # (a frame has rows; none is nothing to place)
-            out.append(Placed(r, replicas, times, starts, r.frame.column("n")))
+            out.append(Placed(r, replicas, dated, starts, r.frame.column("n")))
     return out
+
+
+def _at(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
+    """The time of a calm minute's line: its anchor's day at its clock."""
+    return anchor.replace(hour=hour, minute=minute, second=second, microsecond=0)
+
+
+_US = 1_000_000
+
+
+def _micros(ts: datetime) -> int:
+    """Microseconds since the epoch, exactly (an aware time)."""
+    return (ts - _EPOCH) // timedelta(microseconds=1)
+
+
+def _day_at(ts: datetime) -> int | None:
+    """The epoch second of the midnight of `ts`'s day in its zone, where the zone is a
+    fixed offset (a day's times are then that and their clock's seconds); None for
+    any other zone (a day may have a shift in it)."""
+    offset = ts.utcoffset()
+    if type(ts.tzinfo) is not timezone or offset is None or offset.microseconds:
+        return None
+    day = _micros(ts.replace(hour=0, minute=0, second=0, microsecond=0))
+    return day // _US if day >= 0 else None
 
 
 def lines_of(placed: Iterable[Placed], replicas: set[str]) -> int:
@@ -412,11 +448,12 @@ def windows(
         # rest of the frame)
         bare = replace(r, frame=None)
         alone = _Alone([], [], [], [], [])
-        for i, (replica, ts, wstart) in enumerate(
-            zip(got_.replicas, got_.ts, got_.wstarts, strict=True)
+        for i, (replica, anchor, wstart) in enumerate(
+            zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
         ):
             if several and (replica, wstart) in several:
                 row = tuple(column[i] for column in frame.data)
+                ts = _at(anchor, row[_HOUR], row[_MINUTE], row[_FIRST_SECOND])
                 kept.setdefault((replica, wstart), []).append((bare, replica, ts, row))
                 continue
             if ordered:
@@ -425,7 +462,7 @@ def windows(
             start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
             end = start + step
             last_at, last_end = wstart + seconds, end
-            alone.add(i, replica, start, end, ts)
+            alone.add(i, replica, start, end, anchor)
         made += CalmWindow.made(bare, frame, alone, judged, whys)
     made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
     if kept or not ordered:
@@ -543,20 +580,20 @@ def _listed(column: Sequence[Any]) -> Sequence[Any]:
 @dataclass(frozen=True, slots=True)
 class _Alone:
     """The rows of a frame whose windows are one minute each, with each one's
-    replica, start, end and first line's time (CalmWindow.made)."""
+    replica, start, end and anchor (Placed's: CalmWindow.made)."""
 
     rows: list[int]
     replicas: list[str]
     starts: list[datetime]
     ends: list[datetime]
-    ts: list[datetime]
+    anchors: list[datetime]
 
-    def add(self, i: int, replica: str, start: datetime, end: datetime, ts: datetime) -> None:
+    def add(self, i: int, replica: str, start: datetime, end: datetime, anchor: datetime) -> None:
         self.rows.append(i)
         self.replicas.append(replica)
         self.starts.append(start)
         self.ends.append(end)
-        self.ts.append(ts)
+        self.anchors.append(anchor)
 
 
 class CalmWindow(ReadWindow):
@@ -598,14 +635,16 @@ class CalmWindow(ReadWindow):
         whys: dict[str, str],
     ) -> list[CalmWindow]:
         """The windows of rows `alone.rows` of `frame` (the frame of `rows`, which are
-        given without it), each of its replica from its start to its end, its first
-        line at its time (`alone`); `whys`: the texts of why seen, each kept once (a
-        month's windows say a few hundred). A frame's at once: its columns read
-        once, not a window at a time."""
+        given without it), each of its replica from its start to its end, its peak
+        line dated by its anchor (`alone`); `whys`: the texts of why seen, each kept
+        once (a month's windows say a few hundred). A frame's at once: its columns
+        read once, not a window at a time."""
         data = frame.data
         columns = keeps_of(data, len(rows.fields))
         texts = _texts_of(rows, columns)
-        n, kv, second = (_listed(data[j]) for j in (_N, _MAXES + _KV, _PEAK_SECOND))
+        n, kv, hour, minute, second = (
+            _listed(data[j]) for j in (_N, _MAXES + _KV, _HOUR, _MINUTE, _PEAK_SECOND)
+        )
         raw = data[_PEAK_TEXT]
         longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
         if longest > MAX_EVIDENCE_CHARS:
@@ -614,8 +653,8 @@ class CalmWindow(ReadWindow):
         out: list[CalmWindow] = []
         new = object.__new__
         _set = object.__setattr__  # (Window is frozen; slot by slot)
-        for i, replica, start, end, ts in zip(
-            alone.rows, alone.replicas, alone.starts, alone.ends, alone.ts, strict=True
+        for i, replica, start, end, anchor in zip(
+            alone.rows, alone.replicas, alone.starts, alone.ends, alone.anchors, strict=True
         ):
             confidence, why = judged(replica, start, end, n[i], kv[i])
             self = new(cls)
@@ -626,7 +665,7 @@ class CalmWindow(ReadWindow):
             _set(self, "replica", replica)
             _set(self, "start", start)
             _set(self, "end", end)
-            _set(self, "_ts", ts.replace(second=second[i]))
+            _set(self, "_ts", _at(anchor, hour[i], minute[i], second[i]))
             _set(self, "confidence", confidence)
             _set(self, "why", whys.setdefault(why, why))
             out.append(self)

@@ -11,11 +11,14 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_equivalence import _bench_generator
 from test_lane import _plain_log, _replayed_engine_log
 from test_rollup import _interleaved
@@ -339,3 +342,35 @@ def test_calm_minutes_count_toward_max_events(
     assert main([*args, "--max-events", "300"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("preemptdiag: error: ") and "--max-events" in err, err
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(1971, 1, 2), max_value=datetime(2100, 1, 1)),
+    st.one_of(
+        st.just(UTC),
+        st.integers(-14 * 60, 14 * 60).map(lambda m: timezone(timedelta(minutes=m))),
+        st.integers(-50_000, 50_000).map(lambda s: timezone(timedelta(seconds=s))),
+    ),
+    st.integers(0, 23),
+    st.integers(0, 59),
+    st.integers(0, 59),
+)
+def test_a_minute_is_dated_by_its_anchors_day_and_its_clock_exactly(
+    day: datetime, zone: timezone, hour: int, minute: int, second: int
+) -> None:
+    # (calm.place: a fixed offset's day is its midnight and the clock's seconds; the
+    # long way is the anchor's time at the clock, as an epoch second)
+    anchor = day.replace(tzinfo=zone)
+    at = calm._at(anchor, hour, minute, second)
+    start = calm._day_at(anchor)
+    assert start is not None
+    assert start + hour * 3600 + minute * 60 + second == int(at.timestamp())
+    assert calm._micros(at) == int(at.timestamp()) * 1_000_000
+
+
+def test_a_zone_that_is_not_a_fixed_offset_of_whole_seconds_is_dated_the_long_way() -> None:
+    anchor = datetime(2026, 3, 29, 12, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert calm._day_at(anchor) is None  # (a day with a shift in it)
+    assert calm._day_at(datetime(2026, 3, 29, tzinfo=timezone(timedelta(microseconds=7)))) is None
+    assert calm._day_at(datetime(1969, 12, 31, tzinfo=UTC)) is None  # (before the epoch)
