@@ -255,6 +255,8 @@ class _Taken:
 
     def isdisjoint(self, up: list[int]) -> bool:
         """Whether none of `up` (lines that only go up) is taken."""
+        if not up:
+            return True
         if not self.lines.isdisjoint(up):
             return False
         return all(

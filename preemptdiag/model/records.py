@@ -274,9 +274,10 @@ class Packed(Sequence[str]):
             return None
         lengths = list(map(len, texts))
         # (is_printable of every text: of them end to end)
-        printable = (
-            not data.translate(None, _PRINTABLE_ASCII) if data.isascii() else (joined.isprintable())
-        )
+        if data.isascii():  # (deleted in C, as is_printable)
+            printable = not data.translate(None, _PRINTABLE_ASCII)
+        else:
+            printable = joined.isprintable()
         return cls(
             _codec()[0](data), array("I", accumulate(lengths)), max(lengths, default=0), printable
         )

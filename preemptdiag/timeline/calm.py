@@ -601,8 +601,8 @@ class CalmWindow(ReadWindow):
     what it keeps of the minute's row when asked (records.ReadWindow): the numbers
     _calm_window makes of them, without a Window, an Event and its fields a minute
     (a month of Windows: ~20 us each, a third of the time after the scan). Its time,
-    replica, peak line's time and text and what the rules make of it (confidence,
-    why) are held."""
+    replica, peak line's time and what the rules make of it (confidence, why) are
+    held; the peak line's text is read from its frame's column (packed: Packed)."""
 
     # Of Window's fields it holds its replica, start, end, confidence and why; the
     # rest are read (these properties) or the same in every calm window (_CALM, class

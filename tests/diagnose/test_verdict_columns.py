@@ -103,9 +103,8 @@ def test_the_lines_taken_are_a_set_of_them(
         taken.add(at)
     for lines in runs:
         up = sorted(set(lines))
-        if up:
-            assert taken.isdisjoint(up) is model.isdisjoint(up)
-            if model.isdisjoint(up):
-                taken.runs.append(up)
-                model |= set(up)
+        assert taken.isdisjoint(up) is model.isdisjoint(up)
+        if up and model.isdisjoint(up):
+            taken.runs.append(up)
+            model |= set(up)
     assert [at in taken for at in asked] == [at in model for at in asked]
