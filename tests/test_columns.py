@@ -189,7 +189,7 @@ def test_packed_is_a_sequence_of_its_texts(texts: list[str]) -> None:
     for got in (packed, pickle.loads(pickle.dumps(packed))):
         assert len(got) == len(texts)
         assert list(got) == texts
-        assert got[:] == got.texts() == texts and got[1:3] == texts[1:3]
+        assert got[:] == list(got) == texts and got[1:3] == texts[1:3]
         assert got[::2] == texts[::2] and got[3:1] == texts[3:1] == []
         assert got[-3:] == texts[-3:] and got[:-2] == texts[:-2]
         with pytest.raises(IndexError):

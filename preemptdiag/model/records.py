@@ -297,10 +297,6 @@ class Packed(Sequence[str]):
         _OPEN = (self, out)
         return out
 
-    def texts(self) -> list[str]:
-        """Every text, in order."""
-        return self[:]
-
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload
