@@ -43,7 +43,8 @@ def test_shifted_adds_to_the_named_columns_only_and_keeps_them_arrays() -> None:
     t = _table()
     moved = t.shifted(("line",), 1000)
     assert list(moved.column("line")) == [1010, 1011, 1012]
-    assert isinstance(moved.column("line"), array) and moved.column("line").typecode == "q"
+    # (narrowed: records.narrow, the fewest bytes that hold them)
+    assert isinstance(moved.column("line"), array) and moved.column("line").typecode == "h"
     assert moved.column("kv") is t.column("kv") and moved.column("text") is t.column("text")
     assert list(t.column("line")) == [10, 11, 12]  # (the table itself is left as it was)
     listed = Columns(("line",), ([1, 2],)).shifted(("line",), 5)
@@ -75,8 +76,10 @@ def _same(a: Any, b: Any) -> bool:
     [
         (pl.Series([1.5, -0.0, float("nan"), float("inf")], dtype=pl.Float64), "d"),
         (pl.Series([1, -2, 2**62], dtype=pl.Int64), "q"),
-        (pl.Series([3, 4, 5], dtype=pl.Int32), "q"),
-        (pl.Series([3, 4, 5], dtype=pl.UInt32), "q"),
+        # (ints in the fewest bytes that hold them: records.narrow)
+        (pl.Series([3, 4, 5], dtype=pl.Int32), "b"),
+        (pl.Series([3, -400, 5], dtype=pl.Int32), "h"),
+        (pl.Series([3, 4, 70_000], dtype=pl.UInt32), "i"),
         (pl.Series([2**64 - 1, 1, 2], dtype=pl.UInt64), list),  # (past int64)
         (pl.Series([1.0, None, 2.0], dtype=pl.Float64), list),  # (a gap: None, not NaN)
         (pl.Series([1, None, 2], dtype=pl.Int64), list),
@@ -126,7 +129,8 @@ def test_plain_columns_makes_equal_strings_of_a_column_one_object() -> None:
         ([float("nan")] * 8, "d", "d"),  # (NaN is no value equal to itself)
         ([0.0] * 7, "d", "d"),  # (under 8 rows: an array)
         ([1.0, None] * 4, "d", list),
-        ([1, 2] * 4, "q", "q"),
+        ([1, 2] * 4, "q", "b"),
+        ([1, 2**40] * 4, "q", "q"),
         (["a", "b"] * 4, None, list),
     ],
 )

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta, timezone
 from enum import Enum
 from functools import partial
-from itertools import groupby
 from pathlib import Path
+from typing import cast
 
 from preemptdiag import __version__
 from preemptdiag.commands.notes import (
@@ -51,6 +51,8 @@ from preemptdiag.model.records import (
     ScanStats,
     Verdict,
     Window,
+    Windows,
+    window_runs,
 )
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
@@ -216,22 +218,24 @@ def _redact_events(evs: Sequence[Event], redactor: Redactor) -> tuple[Event, ...
 _REDACT_CHUNK = 256
 
 
-def _redact_windows(windows: Sequence[Window], redactor: Redactor) -> list[Window]:
+def _redact_windows(windows: Sequence[Window], redactor: Redactor) -> Windows:
     """Each window redacted (_redact_window); a chunk's ReadWindows as they are when
-    redaction leaves all their evidence lines as they are."""
-    out: list[Window] = []
-    for kind, run in groupby(windows, type):
-        group = list(run)
+    redaction leaves all their evidence lines as they are (a run of them kept as the
+    run it is: window_runs)."""
+    parts: list[Sequence[Window]] = []
+    for kind, group in window_runs(windows):
         if not issubclass(kind, ReadWindow):
-            out += [_redact_window(w, redactor) for w in group]
+            parts.append([_redact_window(w, redactor) for w in group])
             continue
-        for i in range(0, len(group), _REDACT_CHUNK):
-            chunk: list[ReadWindow] = group[i : i + _REDACT_CHUNK]  # type: ignore[assignment]
-            if redactor.keeps(kind.evidence_lines(chunk)[4]):
-                out += chunk
-            else:
-                out += [_redact_window(w, redactor) for w in chunk]
-    return out
+        reads = cast(Sequence[ReadWindow], group)
+        kept = 0  # (group[kept:i] is left as it is)
+        for i in range(0, len(reads), _REDACT_CHUNK):
+            chunk = reads[i : i + _REDACT_CHUNK]
+            if not redactor.keeps(kind.evidence_texts(chunk)):
+                parts += (group[kept:i], [_redact_window(w, redactor) for w in chunk])
+                kept = i + len(chunk)
+        parts.append(group[kept:] if kept else group)
+    return Windows(parts)
 
 
 def _redact_window(w: Window, redactor: Redactor) -> Window:
@@ -303,7 +307,7 @@ class Judgement:
     """What the rules make of one set of events: its windows, verdict and lever."""
 
     verdict: Verdict
-    windows: list[Window]
+    windows: Sequence[Window]
     lever: Lever
     info: EngineInfo
     visibility: Visibility
@@ -379,7 +383,7 @@ def _judge(
             return Again.ROLLUPS
         if late & replicas_of(calm):
             return Again.CALM  # (the minutes' lines must be reads and drains at least)
-    windows = classify(
+    windows: Sequence[Window] = classify(
         built,
         opts.thresholds,
         vis,
@@ -561,7 +565,7 @@ def _judged(
         Report(
             verdict=v,
             lever=lever,
-            windows=tuple(windows),
+            windows=windows,
             engine=info,
             stats=stats,
             thresholds=opts.thresholds.as_dict(),

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from preemptdiag.diagnose.stories import aggregated_engines
 from preemptdiag.ingest.rotation import rotation_base
 from preemptdiag.ingest.sources import Source
-from preemptdiag.model.records import Class, Event, Kind, Verdict, Window
+from preemptdiag.model.records import Class, Event, Kind, Verdict, Window, window_columns
 from preemptdiag.scan.matcher import ScanResult
 from preemptdiag.timeline.events import TimeContext
 
@@ -154,7 +154,8 @@ def engine_notes(events: Sequence[Event]) -> list[str]:
 
 def spread_notes(windows: Sequence[Window]) -> list[str]:
     """Say when per-window counts are estimates (a sampled counter's delta spread)."""
-    spread = [w.preemptions_spread_over for w in windows if w.preemptions_spread_over]
+    (over,) = window_columns(windows, ("preemptions_spread_over",))
+    spread = [n for n in over if n]
     if not spread:
         return []
     return [
@@ -166,7 +167,9 @@ def spread_notes(windows: Sequence[Window]) -> list[str]:
 
 def replica_notes(windows: Sequence[Window], fail_on: Sequence[Class]) -> list[str]:
     firsts: dict[str, Window] = {}
-    for w in windows:
+    # (only the failing windows are read: a month's calm windows are not made)
+    (classes,) = window_columns(windows, ("cls",))
+    for w in (windows[i] for i, c in enumerate(classes) if c in fail_on):
         if (
             w.cls in fail_on
             and w.start is not None

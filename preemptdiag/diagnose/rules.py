@@ -7,12 +7,13 @@ looks at consecutive windows of one replica. Thresholds come from config.Thresho
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
-from itertools import groupby, pairwise
-from typing import cast
+from itertools import accumulate, groupby, pairwise
+from math import copysign
+from typing import Any
 
 from preemptdiag.diagnose.stories import (
     cpu_backend,
@@ -26,6 +27,7 @@ from preemptdiag.diagnose.window_rules import classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.records import (
+    NO_TIME,
     Class,
     Confidence,
     Event,
@@ -34,6 +36,8 @@ from preemptdiag.model.records import (
     Verdict,
     Window,
     window_columns,
+    window_micros,
+    window_runs,
 )
 
 # Most severe first. insufficient_evidence sits above benign: a suspected loop that
@@ -164,16 +168,25 @@ def _rank(w: Window) -> int:
 @dataclass(frozen=True, slots=True)
 class _Read:
     replica: list[str]
-    start: list[datetime | None]
     cls: list[Class]
     n_stats: list[int]
     host_ooms: list[int]
     kv_max: list[float | None]
     waiting_max: list[int | None]
+    # (records.window_micros: 8 bytes a window, where a month's datetimes were ~2 MiB)
+    start: array[int]
 
     @classmethod
     def of(cls, windows: Sequence[Window]) -> _Read:
-        return cls(*window_columns(windows, _READ))
+        # (a chunk of windows at a time, each KV value one object however often it
+        # recurs: a month's columns at once were ~5 MiB, ~2.5 MiB kept)
+        columns: dict[str, list[Any]] = {name: [] for name in _READ}
+        same: dict[tuple[float, float], float] = {}
+        for at in range(0, len(windows), _READ_CHUNK):
+            part = window_columns(windows[at : at + _READ_CHUNK], _READ)
+            for name, got in zip(_READ, part, strict=True):
+                columns[name] += _shared(got, same) if name == "kv_max" else got
+        return cls(**columns, start=window_micros(windows, "start"))
 
     def ranks(self) -> list[int]:
         """_rank of each window."""
@@ -191,17 +204,24 @@ class _Read:
         a start."""
         dated = (
             among
-            if type(among) is range and None not in self.start
-            else [i for i in among if self.start[i] is not None]
+            if type(among) is range and NO_TIME not in self.start
+            else [i for i in among if self.start[i] != NO_TIME]
         )
-        start = cast(Callable[[int], datetime], self.start.__getitem__)
-        return min(dated, key=start) if dated else None
+        return min(dated, key=self.start.__getitem__) if dated else None
 
 
-_READ = tuple(f.name for f in fields(_Read))
+_READ = tuple(f.name for f in fields(_Read) if f.name != "start")
+_READ_CHUNK = 4096
 
 
-def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Window]:
+def _shared(values: list[Any], same: dict[tuple[float, float], float]) -> list[Any]:
+    """values with each float replaced by the first equal one seen (`same`), of the
+    same sign (0.0 and -0.0 are equal, and JSON tells them apart); a NaN, equal to
+    nothing, stays itself."""
+    return [same.setdefault((v, copysign(1.0, v)), v) if type(v) is float else v for v in values]
+
+
+def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> Sequence[Window]:
     """The earliest run of windows (one replica) of the most severe class."""
     ranks = read.ranks()
     best = min(ranks)
@@ -221,7 +241,7 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
             (read.start[i], read.replica[i], i) for i in worst if read.start[i] == read.start[k]
         )
     cls, replica = read.cls[k], read.replica[k]
-    run = [windows[k]]
+    run = _Indexes(k)
     prev = read.start[k]
     for i in range(k + 1, len(windows)):
         if read.replica[i] != replica:
@@ -229,14 +249,34 @@ def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> list[Windo
         start = read.start[i]
         if (
             read.cls[i] is not cls
-            or prev is None
-            or start is None
-            or (start - prev).total_seconds() > seconds
+            or prev == NO_TIME
+            or start == NO_TIME
+            or start - prev > seconds * 1_000_000
         ):
             break
-        run.append(windows[i])
+        run.append(i)
         prev = start
-    return run
+    if run.apart is None:
+        # (the usual: consecutive windows, a slice, which a month's calm windows'
+        # sequence gives without making them: records.Windows)
+        return windows[k : run.last + 1]
+    return [windows[i] for i in run.apart]
+
+
+class _Indexes:
+    """Indexes appended in increasing order: held as the first and last while they are
+    consecutive (a month's episode: no list of 43,200 ints), as a list once not."""
+
+    def __init__(self, first: int) -> None:
+        self.first = self.last = first
+        self.apart: list[int] | None = None
+
+    def append(self, i: int) -> None:
+        if self.apart is None and i != self.last + 1:
+            self.apart = list(range(self.first, self.last + 1))
+        if self.apart is not None:
+            self.apart.append(i)
+        self.last = i
 
 
 class _Taken:
@@ -245,7 +285,7 @@ class _Taken:
 
     def __init__(self) -> None:
         self.lines: set[int] = set()
-        self.runs: list[list[int]] = []
+        self.runs: list[Sequence[int]] = []  # (arrays: 8 bytes a line)
 
     def __contains__(self, at: int) -> bool:
         return at in self.lines or any(self._in(run)(at) for run in self.runs)
@@ -253,7 +293,7 @@ class _Taken:
     def add(self, at: int) -> None:
         self.lines.add(at)
 
-    def isdisjoint(self, up: list[int]) -> bool:
+    def isdisjoint(self, up: Sequence[int]) -> bool:
         """Whether none of `up` (lines that only go up) is taken."""
         if not up:
             return True
@@ -265,12 +305,47 @@ class _Taken:
         )
 
     @staticmethod
-    def _in(run: list[int]) -> Callable[[int], bool]:
+    def _in(run: Sequence[int]) -> Callable[[int], bool]:
         def has(at: int) -> bool:
             k = bisect_left(run, at)
             return k < len(run) and run[k] == at
 
         return has
+
+
+_EVIDENCE_CHUNK = 4096
+
+
+def _read_evidence(
+    kind: type[ReadWindow],
+    reads: Sequence[ReadWindow],
+    seen: dict[str, _Taken],
+    kvs: array[float],
+    lines: list[Sequence[Event | ReadWindow]],
+    decisive: list[Event],
+) -> None:
+    """_verdict_evidence's reading of a run of ReadWindows of one class: their lines
+    taken, their stats lines' KV usages and windows added to `kvs` and `lines`, the
+    other lines' events to `decisive`."""
+    source, line, kinds = kind.evidence_places(reads)
+    kv = kind.evidence_values(reads, "kv_usage")
+    if kinds.count(Kind.STATS) == len(kinds) and source.count(source[0]) == len(source):
+        taken = seen.setdefault(source[0], _Taken())
+        if all(a < b for a, b in pairwise(line)) and taken.isdisjoint(line):
+            # (the usual: a run of stats lines of one file, each its own)
+            taken.runs.append(array("q", line))
+            kvs += array("d", [float(usage or 0.0) for usage in kv])
+            lines.append(reads)
+            return
+    for r, file, at, k, usage in zip(reads, source, line, kinds, kv, strict=True):
+        taken = seen.setdefault(file, _Taken())
+        if at not in taken:
+            taken.add(at)
+            if k is Kind.STATS:
+                kvs.append(float(usage or 0.0))
+                lines.append((r,))
+            else:
+                decisive.append(r.evidence[0])
 
 
 def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
@@ -279,31 +354,17 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
     # Each stats line's KV usage and its event; a ReadWindow's stats line is read
     # without making its event, made only if picked (a healthy month is one run of
     # 43,200 windows, read a column at a time).
-    kvs: list[float] = []
-    lines: list[Event | ReadWindow] = []
-    for kind, group in groupby(run, type):
-        ws = list(group)
+    kvs: array[float] = array("d")  # (8 bytes a line, no float object)
+    # (the stats lines, kvs' order, a run at a time: a month's calm windows are a
+    # sequence of them, made only when picked)
+    lines: list[Sequence[Event | ReadWindow]] = []
+    for kind, ws in window_runs(run):
         if issubclass(kind, ReadWindow):
-            reads: list[ReadWindow] = ws  # type: ignore[assignment]
-            source, line, kinds = kind.evidence_places(reads)
-            kv = kind.evidence_values(reads, "kv_usage")
-            if kinds.count(Kind.STATS) == len(kinds) and source.count(source[0]) == len(source):
-                taken = seen.setdefault(source[0], _Taken())
-                if all(a < b for a, b in pairwise(line)) and taken.isdisjoint(line):
-                    # (the usual: a run of stats lines of one file, each its own)
-                    taken.runs.append(line)
-                    kvs += [float(usage or 0.0) for usage in kv]
-                    lines += reads
-                    continue
-            for r, file, at, k, usage in zip(reads, source, line, kinds, kv, strict=True):
-                taken = seen.setdefault(file, _Taken())
-                if at not in taken:
-                    taken.add(at)
-                    if k is Kind.STATS:
-                        kvs.append(float(usage or 0.0))
-                        lines.append(r)
-                    else:
-                        decisive.append(r.evidence[0])
+            # (a few thousand at a time: a month's columns of line numbers and KV
+            # usages at once were ~3 MiB)
+            for first in range(0, len(ws), _EVIDENCE_CHUNK):
+                reads: Sequence[ReadWindow] = ws[first : first + _EVIDENCE_CHUNK]  # type: ignore[assignment]
+                _read_evidence(kind, reads, seen, kvs, lines, decisive)
             continue
         for w in ws:
             for e in w.evidence:
@@ -313,7 +374,7 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
                 taken.add(e.line)
                 if e.kind is Kind.STATS:
                     kvs.append(float(e.fields.get("kv_usage") or 0.0))
-                    lines.append(e)
+                    lines.append((e,))
                 else:
                     decisive.append(e)
     # Keep the earliest decisive lines and the two hottest stats lines: the first two
@@ -323,7 +384,13 @@ def _verdict_evidence(run: Sequence[Window]) -> tuple[Event, ...]:
         hot = sorted(range(len(kvs)), key=lambda i: -kvs[i])[:2]
     else:
         hot = heapq.nlargest(2, range(len(kvs)), key=kvs.__getitem__)
-    hottest = [e if isinstance(e, Event) else e.evidence[0] for e in (lines[i] for i in hot)]
+    ends = list(accumulate(map(len, lines)))
+
+    def stats_line(i: int) -> Event | ReadWindow:
+        k = bisect_right(ends, i)
+        return lines[k][i - (ends[k - 1] if k else 0)]
+
+    hottest = [e if isinstance(e, Event) else e.evidence[0] for e in map(stats_line, hot)]
     picked = decisive[: MAX_VERDICT_EVIDENCE - min(2, len(kvs))] + hottest
     return tuple(sorted(picked, key=lambda e: (e.source, e.line)))
 
@@ -417,7 +484,7 @@ def verdict(
                 else f"{device} allocation failure (KV sizing)",
                 "container restart / OOM report afterwards",
             )
-    elif cls is Class.ALLOCATION_FAILURE and any(w.engine_deaths for w in windows):
+    elif cls is Class.ALLOCATION_FAILURE and any(window_columns(windows, ("engine_deaths",))[0]):
         cause, consequence = f"{device} allocation failure", "engine death"
     if cls is Class.HOST_PRESSURE and events:
         h_why, h_cause, h_cons = host_story(events)
@@ -427,6 +494,7 @@ def verdict(
     if cls is Class.HEALTHY:  # queueing is seen, not inferred from absence
         conf, short = _calm_cap(read, head.replica, conf)
         why += short
+    del read  # (a month's columns, before the evidence reads its own)
     suspected = cls is Class.INSUFFICIENT_EVIDENCE and _suspect(head, thr, vis)
     if suspected:
         n = sum(1 for w in windows if _suspect(w, thr, vis))

@@ -79,7 +79,10 @@ def healthy_why(
     """A healthy verdict speaks for the whole input, not its first window (which is
     often start-up lines only). (`n_stats`, `kv_max`, `waiting_max`: each window's,
     read a column at a time.)"""
-    stats = [i for i, n in enumerate(n_stats) if n]
+    # (a month's windows all have stats lines: their indexes are a range)
+    stats: Sequence[int] = (
+        range(len(n_stats)) if all(n_stats) else [i for i, n in enumerate(n_stats) if n]
+    )
     if not stats:
         return fallback
     kv = [v for i in stats if (v := kv_max[i]) is not None]

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import zlib
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import FrozenInstanceError, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cache, partial
 from itertools import accumulate, chain, groupby, repeat
@@ -217,7 +218,18 @@ class Columns:
 
 def _added(column: Sequence[int], offset: int) -> Sequence[int]:
     values = [v + offset for v in column]
-    return array(column.typecode, values) if isinstance(column, array) else values
+    return narrow(array("q", values)) if isinstance(column, array) else values
+
+
+def narrow(column: array[int]) -> array[int]:
+    """An array of ints in the fewest bytes a value that hold them all (1, 2 or 4;
+    else 8): the same values read back. (A month of calm minutes' clock, count and
+    line columns in 8 bytes a value were ~6 MiB of the scan's result.) Each try
+    stops at the first value that does not fit."""
+    for code in "bhi":
+        with suppress(OverflowError):
+            return array(code, column)
+    return column
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +368,8 @@ def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:
     if typecode is not None:
         with suppress(TypeError):  # (a gap: None)
             col = array(typecode, values)
+            if typecode == "q":
+                col = narrow(col)
     if n >= 8:
         first = col[0]
         if (
@@ -545,6 +559,11 @@ class ReadWindow(_ReadBase):
         )
 
     @classmethod
+    def evidence_texts(cls, ws: Sequence[ReadWindow]) -> list[str]:
+        """The text column of evidence_lines (what the redactor reads)."""
+        return cls.evidence_lines(ws)[4]
+
+    @classmethod
     def evidence_places(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
         """The source, line and kind columns of evidence_lines (without reading the
         texts: a calm window's are packed, records.Packed)."""
@@ -557,6 +576,11 @@ class ReadWindow(_ReadBase):
         return [w.evidence_field(name) for w in ws]
 
     @classmethod
+    def micros(cls, ws: Sequence[ReadWindow], name: str) -> array[int]:
+        """window_micros of ws (all of this class)."""
+        return array("q", map(micros, _attribute_columns(ws, (name,))[0]))
+
+    @classmethod
     def printable(cls, ws: Sequence[ReadWindow]) -> bool:
         """Whether every text of every window of ws (texts()) is printable, so that
         sanitising leaves them as they are (ws all of this class)."""
@@ -564,14 +588,120 @@ class ReadWindow(_ReadBase):
         return None not in texts and is_printable("".join(t for w in texts if w for t in w))
 
 
+class ReadRun(Sequence[Window]):
+    """Windows of one ReadWindow class (`kind`) not made until one is asked for: a
+    frame's calm windows (calm.CalmRun), held as the columns they are read from (~20
+    bytes a window where a CalmWindow and its times were ~220). Indexing makes the
+    window (an equal one each time, not the same object); its class's column readers
+    (ReadWindow.columns and the rest) read a run without making one."""
+
+    __slots__ = ()
+    kind: type[ReadWindow]
+
+
+class Windows(Sequence[Window]):
+    """A report's windows: runs of made Windows and ReadRuns one after another, read
+    as one sequence (a window made from its run as it is read). `runs()` gives them
+    a class at a time, so a stage that reads a run's columns (window_runs) never
+    makes a month's windows at once. Equal to any sequence of equal windows; pickled
+    as a tuple of them."""
+
+    __slots__ = ("_ends", "_parts")
+
+    def __init__(self, parts: Iterable[Sequence[Window]] = ()) -> None:
+        flat: list[Sequence[Window]] = []
+        for part in parts:
+            if isinstance(part, Windows):
+                flat += part._parts
+            elif len(part):
+                flat.append(part)
+        self._parts: tuple[Sequence[Window], ...] = tuple(flat)
+        self._ends = list(accumulate(map(len, flat)))
+
+    @property
+    def parts(self) -> tuple[Sequence[Window], ...]:
+        return self._parts
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> Window: ...
+    @overload
+    def __getitem__(self, i: slice) -> Windows: ...
+    def __getitem__(self, i: int | slice) -> Window | Windows:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return Windows([[self[k] for k in range(start, stop, step)]])
+            return Windows(self._between(start, stop))
+        n = len(self)
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
+            raise IndexError("window index out of range")
+        p = bisect_right(self._ends, k)
+        return self._parts[p][k - (self._ends[p - 1] if p else 0)]
+
+    def _between(self, start: int, stop: int) -> Iterator[Sequence[Window]]:
+        at = 0
+        for part, end in zip(self._parts, self._ends, strict=True):
+            if end > start and at < stop:
+                lo, hi = max(start - at, 0), min(stop, end) - at
+                yield part if (lo, hi) == (0, len(part)) else part[lo:hi]
+            at = end
+
+    def __iter__(self) -> Iterator[Window]:
+        return chain.from_iterable(self._parts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Windows({list(self)!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return tuple, (tuple(self),)
+
+    def runs(self) -> Iterator[tuple[type[Window], Sequence[Window]]]:
+        """The windows as runs of one class, in order: consecutive ReadRuns of one
+        class as one run (a Windows of them), made windows grouped by class."""
+        for kind, group in groupby(self._parts, _part_kind):
+            parts = list(group)
+            if kind is not None:
+                yield kind, parts[0] if len(parts) == 1 else Windows(parts)
+            else:
+                for made, run in groupby(chain.from_iterable(parts), type):
+                    yield made, list(run)
+
+
+def _part_kind(part: Sequence[Window]) -> type[ReadWindow] | None:
+    return part.kind if isinstance(part, ReadRun) else None
+
+
+def window_runs(ws: Sequence[Window]) -> Iterator[tuple[type[Window], Sequence[Window]]]:
+    """ws as runs of windows of one class, in order (Windows.runs; a list grouped by
+    class)."""
+    if isinstance(ws, Windows):
+        yield from ws.runs()
+    elif isinstance(ws, ReadRun):
+        yield ws.kind, ws
+    else:
+        for kind, run in groupby(ws, type):
+            yield kind, list(run)
+
+
 def window_columns(ws: Sequence[Window], names: Sequence[str]) -> list[list[Any]]:
     """[[getattr(w, name) for w in ws] for name in names]; a run of ReadWindows of one
     class read a column at a time (ReadWindow.columns)."""
     parts: list[list[list[Any]]] = []
-    for kind, run in groupby(ws, type):
-        group = list(run)
+    for kind, group in window_runs(ws):
         parts.append(
-            kind.columns(cast(list[ReadWindow], group), names)
+            kind.columns(cast(Sequence[ReadWindow], group), names)
             if issubclass(kind, ReadWindow)
             else _attribute_columns(group, names)
         )
@@ -587,6 +717,32 @@ def window_columns(ws: Sequence[Window], names: Sequence[str]) -> list[list[Any]
         column[:0] = chain.from_iterable(got[:k])
         column += chain.from_iterable(got[k + 1 :])
         out.append(column)
+    return out
+
+
+NO_TIME = -(2**63)  # (window_micros' value for a window without that time)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(ts: datetime | None) -> int:
+    """A time as integer microseconds since the epoch (a naive one read as UTC, as
+    the renderers read it); NO_TIME for None."""
+    if ts is None:
+        return NO_TIME
+    return ((ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts) - _EPOCH) // _MICROSECOND
+
+
+def window_micros(ws: Sequence[Window], name: str) -> array[int]:
+    """Each window's `name` ("start" or "end") as micros(): 8 bytes a window in an
+    array, where a month's calm windows' datetimes were ~2.4 MiB a column, and
+    ordered and subtracted as the datetimes are, exactly."""
+    out: array[int] = array("q")
+    for kind, run in window_runs(ws):
+        if issubclass(kind, ReadWindow):
+            out += kind.micros(cast(Sequence[ReadWindow], run), name)
+        else:
+            out += array("q", map(micros, _attribute_columns(run, (name,))[0]))
     return out
 
 
@@ -694,7 +850,7 @@ class Report:
 
     verdict: Verdict
     lever: Lever
-    windows: tuple[Window, ...]
+    windows: Sequence[Window]  # (a tuple, or Windows: a month's calm windows lazily)
     engine: EngineInfo
     stats: ScanStats
     thresholds: Mapping[str, Any]

@@ -24,9 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from preemptdiag.model.records import Report, Window
+from preemptdiag.model.records import NO_TIME, Report, window_columns, window_micros
 from preemptdiag.render import common
 
 MAX_POINTS = 60
@@ -84,13 +85,34 @@ class Chart:
     gaps: tuple[Gap, ...]
 
 
+# What a chart reads of its windows, a column each (records.window_columns: a month's
+# calm windows without a window object each); their starts as window_micros.
+_READS = (
+    "preemptions",
+    "preemptions_lower_bound",
+    "preemptions_spread_over",
+    "waiting_max",
+    "running_max",
+    "kv_max",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Grid:
     replica: str
     t0: datetime
     slot: int  # window seconds
     per: int  # windows a bucket holds
-    buckets: list[list[Window]]
+    buckets: list[list[int]]  # each bucket's windows, by their row in `columns`
+    columns: dict[str, list[Any]]  # _READS' columns of the charted windows
+    starts: Sequence[datetime]  # (UTC, made when read: _Starts)
+
+
+def _utc_at(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _grid(report: Report) -> _Grid | None:
@@ -102,22 +124,37 @@ def _grid(report: Report) -> _Grid | None:
     if not reps:
         return None
     replica = report.verdict.replica if report.verdict.replica in reps else reps[0]
-    ws = [w for w in report.windows if w.replica == replica and w.start is not None]
-    if not ws:
+    ws = common.of_replica(report.windows, replica)
+    dated = [i for i, us in enumerate(window_micros(ws, "start")) if us != NO_TIME]
+    if not dated:
         return None
+    if len(dated) != len(ws):
+        ws = [ws[i] for i in dated]
+    micro = window_micros(ws, "start")
+    columns = dict(zip(_READS, window_columns(ws, _READS), strict=True))
     slot = max(1, report.window_seconds)
-    t0 = min(common.utc(w.start) for w in ws if w.start is not None)
-
-    def index(w: Window) -> int:
-        assert w.start is not None
-        return int((common.utc(w.start) - t0).total_seconds() // slot)
-
-    span = max(index(w) for w in ws) + 1
+    first = min(micro)
+    at = [(us - first) // (slot * 1_000_000) for us in micro]
+    span = max(at) + 1
     per = math.ceil(span / MAX_POINTS)
-    buckets: list[list[Window]] = [[] for _ in range(math.ceil(span / per))]
-    for w in ws:
-        buckets[index(w) // per].append(w)
-    return _Grid(replica, t0, slot, per, buckets)
+    buckets: list[list[int]] = [[] for _ in range(math.ceil(span / per))]
+    for i, k in enumerate(at):
+        buckets[k // per].append(i)
+    # (a datetime only for the bucket's own windows' starts it reads: _point)
+    return _Grid(replica, _utc_at(first), slot, per, buckets, columns, _Starts(micro))
+
+
+class _Starts(Sequence[datetime]):
+    """The charted windows' starts (UTC), each made when read."""
+
+    def __init__(self, micro: Sequence[int]) -> None:
+        self.micro = micro
+
+    def __len__(self) -> int:
+        return len(self.micro)
+
+    def __getitem__(self, i: Any) -> Any:
+        return _utc_at(self.micro[i])
 
 
 def _peak(values: Sequence[float | int | None]) -> float | None:
@@ -129,22 +166,25 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(x)
 
 
-def _point(grid: _Grid, k: int, has: Callable[[Window], bool]) -> Point | None:
+def _point(grid: _Grid, k: int, has: Callable[[dict[str, list[Any]], int], bool]) -> Point | None:
     """Bucket k as a point, from its windows with the chart's data; None without any.
     Preemptions count from every window of the bucket."""
-    ws = [w for w in grid.buckets[k] if has(w)]
-    if not ws:
+    c = grid.columns
+    rows = [i for i in grid.buckets[k] if has(c, i)]
+    if not rows:
         return None
-    starts = [common.utc(w.start) for w in ws if w.start is not None]
+    starts = [grid.starts[i] for i in rows]
     return Point(
         start=grid.t0 + timedelta(seconds=k * grid.per * grid.slot),
         bucket=k,
         data_start=min(starts),
         data_end=max(starts) + timedelta(seconds=grid.slot),
-        preemptions=max((common.round_count(w.preemptions) for w in grid.buckets[k]), default=0),
-        waiting=_int(_peak([w.waiting_max for w in ws])),
-        running=_int(_peak([w.running_max for w in ws])),
-        kv=_peak([w.kv_max for w in ws]),
+        preemptions=max(
+            (common.round_count(c["preemptions"][i]) for i in grid.buckets[k]), default=0
+        ),
+        waiting=_int(_peak([c["waiting_max"][i] for i in rows])),
+        running=_int(_peak([c["running_max"][i] for i in rows])),
+        kv=_peak([c["kv_max"][i] for i in rows]),
     )
 
 
@@ -184,7 +224,7 @@ def label_slots(n: int, forced: Sequence[int], most: int = MAX_LABELS) -> list[i
 
 def _chart(
     grid: _Grid,
-    has: Callable[[Window], bool],
+    has: Callable[[dict[str, list[Any]], int], bool],
     build: Callable[[list[Point]], tuple[Series, ...]],
     title: str,
     y_title: str,
@@ -236,14 +276,16 @@ def charts(report: Report) -> list[Chart]:
         return []
     of = f" - {grid.replica}" if len(common.replicas(report.windows)) > 1 else ""
     every = _every(grid)
-    charted = [w for b in grid.buckets for w in b]
+    c = grid.columns
     # No preemption at all: no bars (Mermaid draws a zero bar as a stub on the axis,
     # which would read as a few preemptions everywhere). A spread counter delta (~ in
     # the timeline) is an estimate and sampled warnings (+) a lower bound: the legend
     # says so.
-    preempted = any(common.round_count(w.preemptions) for w in charted)
-    spread = any(w.preemptions_spread_over and w.preemptions for w in charted)
-    lower = any(w.preemptions_lower_bound for w in charted)
+    preempted = any(common.round_count(p) for p in c["preemptions"])
+    spread = any(
+        over and p for over, p in zip(c["preemptions_spread_over"], c["preemptions"], strict=True)
+    )
+    lower = any(c["preemptions_lower_bound"])
     caveats = [c for c, on in (("~ estimated", spread), ("+ lower bound", lower)) if on]
     pre_name = "preemptions" + (f" ({', '.join(caveats)})" if caveats else "")
 
@@ -266,7 +308,7 @@ def charts(report: Report) -> list[Chart]:
     out = [
         _chart(
             grid,
-            lambda w: w.waiting_max is not None and w.running_max is not None,
+            lambda c, i: c["waiting_max"][i] is not None and c["running_max"][i] is not None,
             counts,
             counts_title + of,
             "count",
@@ -275,7 +317,7 @@ def charts(report: Report) -> list[Chart]:
         ),
         _chart(
             grid,
-            lambda w: w.kv_max is not None and math.isfinite(w.kv_max),
+            lambda c, i: c["kv_max"][i] is not None and math.isfinite(c["kv_max"][i]),
             kv,
             f"KV cache usage %, {every}{of}",
             "KV cache usage %",

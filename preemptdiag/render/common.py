@@ -11,10 +11,21 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from preemptdiag.model.records import Class, Event, ReplicaFacts, Report, Verdict, Window
+from preemptdiag.model.records import (
+    NO_TIME,
+    Class,
+    Event,
+    ReplicaFacts,
+    Report,
+    Verdict,
+    Window,
+    Windows,
+    window_columns,
+    window_micros,
+)
 
 if TYPE_CHECKING:
     from preemptdiag.render.episodes import Episode, TimelineMode
@@ -358,13 +369,14 @@ def sparklines(report: Report, max_len: int | None = SPARK_MAX) -> list[Spark]:
     """KV max % and preemptions per window, one pair per replica when there are several;
     at most `max_len` blocks, each then the peak of a share of the windows."""
     out: list[Spark] = []
-    multi = len(replicas(report.windows)) > 1
-    for rep in replicas(report.windows):
-        ws = [w for w in report.windows if w.replica == rep]
+    names = replicas(report.windows)
+    multi = len(names) > 1
+    for rep in names:
+        ws = of_replica(report.windows, rep)
         suffix = f" [{rep}]" if multi else ""
         per = len(ws) / max_len if max_len and len(ws) > max_len else 1.0
-        kv = [w.kv_max for w in ws]
-        pre = [float(round_count(w.preemptions)) for w in ws]
+        kv, counts, lower = window_columns(ws, ("kv_max", "preemptions", "preemptions_lower_bound"))
+        pre = [float(round_count(n)) for n in counts]
         out.append(
             Spark(f"KV max %{suffix}", sparkline(kv, top=100.0, max_len=max_len), "100", per)
         )
@@ -373,7 +385,7 @@ def sparklines(report: Report, max_len: int | None = SPARK_MAX) -> list[Spark]:
             Spark(
                 f"preemptions{suffix}",
                 sparkline(pre, max_len=max_len),
-                str(int(peak)) + ("+" if any(w.preemptions_lower_bound for w in ws) else ""),
+                str(int(peak)) + ("+" if any(lower) else ""),
                 per,
             )
         )
@@ -384,7 +396,19 @@ def sparklines(report: Report, max_len: int | None = SPARK_MAX) -> list[Spark]:
 
 
 def replicas(windows: Sequence[Window]) -> list[str]:
-    return list(dict.fromkeys(w.replica for w in windows))
+    return list(dict.fromkeys(window_columns(windows, ("replica",))[0]))
+
+
+def of_replica(windows: Sequence[Window], replica: str) -> Sequence[Window]:
+    """The windows of one replica, in order: a slice where they are consecutive (the
+    usual: windows go by replica), which a month's calm windows give without making
+    them (records.Windows)."""
+    names = window_columns(windows, ("replica",))[0]
+    n = names.count(replica)
+    first = names.index(replica) if n else 0
+    if names[first : first + n].count(replica) == n:
+        return windows[first : first + n]
+    return [w for w, name in zip(windows, names, strict=True) if name == replica]
 
 
 def verdict_replica_first(report: Report) -> Report:
@@ -396,13 +420,32 @@ def verdict_replica_first(report: Report) -> Report:
     names = replicas(report.windows)
     if len(names) < 2 or names[0] == rep or rep not in names:
         return report
-    return replace(report, windows=tuple(sorted(report.windows, key=lambda w: w.replica != rep)))
+    ws = report.windows
+    column = window_columns(ws, ("replica",))[0]
+    first, n = column.index(rep), column.count(rep)
+    if column[first : first + n].count(rep) == n:
+        # (its windows are consecutive, the usual: the sequence cut, not copied)
+        return replace(
+            report, windows=Windows([ws[first : first + n], ws[:first], ws[first + n :]])
+        )
+    return replace(report, windows=tuple(sorted(ws, key=lambda w: w.replica != rep)))
 
 
 def shared_date(windows: Sequence[Window]) -> str | None:
     """The one UTC date of all timestamped windows, shown once in the header."""
-    dates = {utc(w.start).date() for w in windows if w.start is not None}
+    dates = _utc_dates(windows)
     return dates.pop().isoformat() if len(dates) == 1 else None
+
+
+_DAY_US = 86_400_000_000
+_EPOCH_DAY = date(1970, 1, 1)
+
+
+def _utc_dates(windows: Sequence[Window]) -> set[date]:
+    """The UTC dates the windows start on (utc(w.start).date(), from their starts'
+    microseconds: a month's calm windows without a datetime each)."""
+    days = {us // _DAY_US for us in window_micros(windows, "start") if us != NO_TIME}
+    return {_EPOCH_DAY + timedelta(days=d) for d in days}
 
 
 def select_windows(report: Report, mode: TimelineMode | None = None) -> list[Window | int]:
@@ -416,7 +459,7 @@ def select_windows(report: Report, mode: TimelineMode | None = None) -> list[Win
     mode = mode or TimelineMode.EPISODES
     out: list[Window | int] = []
     for rep in replicas(report.windows):
-        ws = [w for w in report.windows if w.replica == rep]
+        ws = of_replica(report.windows, rep)
         out += kept_runs(ws, shown_mask(ws, report.verdict, report.window_seconds, mode))
     return out
 
@@ -428,12 +471,14 @@ def kept_runs(items: Sequence[T], keep: Sequence[bool]) -> list[T | int]:
     """The kept items in order, each run of left-out ones replaced by its length."""
     out: list[T | int] = []
     gap = 0
-    for item, k in zip(items, keep, strict=True):
+    assert len(items) == len(keep)
+    # (by index: only the kept items are read, a month's calm windows made)
+    for i, k in enumerate(keep):
         if k:
             if gap:
                 out.append(gap)
                 gap = 0
-            out.append(item)
+            out.append(items[i])
         else:
             gap += 1
     if gap:
@@ -491,7 +536,7 @@ def start_cell(w: Window, date: str | None, short: str | None = None) -> str:
 def short_stamp(windows: Sequence[Window], seconds: int) -> str | None:
     """A shorter date-and-time format for a table over several days: without the year
     when all windows share one, without seconds for whole-minute windows."""
-    years = {utc(w.start).year for w in windows if w.start is not None}
+    years = {d.year for d in _utc_dates(windows)}
     clock = "%H:%M" if seconds % 60 == 0 else "%H:%M:%S"
     return f"%m-%d {clock}" if len(years) == 1 else f"%Y-%m-%d {clock}"
 
@@ -516,7 +561,7 @@ def timeline(
     date = shared_date(ws)
     short = short_stamp(ws, report.window_seconds) if compact else None
     multi = len(replicas(ws)) > 1
-    swapped = any(w.swapped_max is not None for w in ws)
+    swapped = any(s is not None for s in window_columns(ws, ("swapped_max",))[0])
     cols = [*_lead_columns(Column("start", "start (UTC)", "start", False), multi)]
     cols += [
         Column("preemptions", "preemptions", "preempt", True),
@@ -679,7 +724,7 @@ def episode_table(
     n_windows = n_episodes = 0
     any_silent = False
     for rep in names:
-        ws = [w for w in report.windows if w.replica == rep]
+        ws = of_replica(report.windows, rep)
         if not collapsed(ws, mode):
             continue
         eps = episodes(ws, report.verdict, report.window_seconds)

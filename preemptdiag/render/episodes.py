@@ -18,8 +18,17 @@ from enum import StrEnum
 from itertools import groupby
 from typing import Any
 
-from preemptdiag.model.records import Class, Confidence, Verdict, Window, window_columns
-from preemptdiag.render.common import kept_runs, utc
+from preemptdiag.model.records import (
+    NO_TIME,
+    Class,
+    Confidence,
+    Verdict,
+    Window,
+    micros,
+    window_columns,
+    window_micros,
+)
+from preemptdiag.render.common import kept_runs
 
 
 class TimelineMode(StrEnum):
@@ -41,24 +50,26 @@ MAX_EPISODE_ROWS = 20  # per replica; the rest are counted in "omitted" rows
 
 def in_episode(ws: Sequence[Window], v: Verdict) -> list[bool]:
     """Which windows belong to the verdict's episode (same replica, class and span)."""
-    return _in_episode(v, *window_columns(ws, ("cls", "replica", "start")))
+    classes, replicas = window_columns(ws, ("cls", "replica"))
+    return _in_episode(v, classes, replicas, window_micros(ws, "start"))
 
 
 def _in_episode(
-    v: Verdict, classes: list[Class], replicas: list[str], starts: list[datetime | None]
+    v: Verdict, classes: list[Class], replicas: list[str], starts: Sequence[int]
 ) -> list[bool]:
-    """in_episode of the windows' columns; the verdict's times converted once, not
-    once a window (a month of windows: ~0.1 s)."""
+    """in_episode of the windows' columns (`starts`: records.window_micros, which
+    reads a naive time as UTC, as utc() does); the verdict's times converted once,
+    not once a window (a month of windows: ~0.1 s)."""
     if v.start is None:
         return [False] * len(classes)
-    cls, replica, first = v.cls, v.replica, utc(v.start)
-    last = None if v.end is None else utc(v.end)
+    cls, replica, first = v.cls, v.replica, micros(v.start)
+    last = None if v.end is None else micros(v.end)
     return [
         c == cls
         and (not replica or r == replica)
-        and s is not None
-        and first <= (at := utc(s))
-        and (last is None or at <= last)
+        and s != NO_TIME
+        and first <= s
+        and (last is None or s <= last)
         for c, r, s in zip(classes, replicas, starts, strict=True)
     ]
 
@@ -98,100 +109,104 @@ def _peak(values: Sequence[float | int | None]) -> float | int | None:
 
 
 # What an episode reads of its windows, a column each (records.window_columns: a
-# month's calm windows a column at a time, not a property a window and use): what
-# cuts the runs, then their ends and counts, then their peaks (a few columns at a
-# time: a month's eleven at once were ~10 MiB).
-_RUNS = ("cls", "replica", "start")
-_COUNTS = (
-    "end",
+# month's calm windows a column at a time, not a property a window and use), a chunk
+# of windows at a time (a month's columns at once were ~5 MiB): what cuts the runs
+# (and the starts, as window_micros), then what is summed, counted and peaked.
+_RUNS = ("cls", "replica")
+_READS = (
     "confidence",
     "preemptions",
     "preemptions_lower_bound",
     "preemptions_spread_over",
+    "kv_max",
+    "waiting_max",
+    "running_max",
 )
-_PEAKS = ("kv_max", "waiting_max", "running_max")
+_CHUNK = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    first: int
-    last: int
-    verdict: bool
+class _Acc:
+    """One run of windows as it is read, chunk by chunk: what its Episode says."""
 
+    def __init__(self, first: int, cls: Class, replica: str, verdict: bool) -> None:
+        self.first, self.last = first, first - 1
+        self.cls, self.replica, self.verdict = cls, replica, verdict
+        self.confidence: Counter[Confidence] = Counter()
+        # (summed once, at its end, as sum() sums one list: the same float)
+        self.preemptions: list[float] = []
+        self.lower = self.estimated = False
+        self.peaks: list[list[float | int]] = [[], [], []]  # kv, waiting, running
 
-def _counted(c: dict[str, list[Any]], r: _Run, seconds: int) -> dict[str, Any]:
-    """What an episode says of run `r` of its replica's windows (`c`: _RUNS' and
-    _COUNTS' columns) but its peaks."""
-    first, last = r.first, r.last
-    n = last - first + 1
-    start, end = c["start"][first], c["end"][last]
-    silent = 0
-    if start is not None and end is not None and seconds > 0:
-        span = round((end - start).total_seconds() / seconds)
-        silent = max(0, span - n)
-
-    def run(name: str) -> list[Any]:
-        return _part(c[name], first, last)
-
-    counts = Counter(run("confidence"))
-    order = list(Confidence)
-    preemptions = run("preemptions")
-    return {
-        # which run
-        "replica": c["replica"][first],
-        "cls": c["cls"][first],
-        "first": first,
-        "n": n,
-        "verdict": r.verdict,
-        # when
-        "start": start,
-        "end": end,
-        "silent": silent,
-        # how many preemptions, and how sure that count is
-        "preemptions": round(sum(preemptions), 2),
-        "preemptions_lower_bound": any(run("preemptions_lower_bound")),
-        "preemptions_estimated": any(
+    def add(self, c: dict[str, list[Any]], a: int, b: int) -> None:
+        """Rows a..b-1 of a chunk's columns `c`, the run's next windows."""
+        self.last += b - a
+        self.confidence.update(c["confidence"][a:b])
+        preemptions = c["preemptions"][a:b]
+        self.preemptions += preemptions
+        self.lower = self.lower or any(c["preemptions_lower_bound"][a:b])
+        self.estimated = self.estimated or any(
             spread and p
-            for spread, p in zip(run("preemptions_spread_over"), preemptions, strict=True)
-        ),
-        # how sure its class is, window by window
-        "confidence": tuple(sorted(counts.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))),
-    }
+            for spread, p in zip(c["preemptions_spread_over"][a:b], preemptions, strict=True)
+        )
+        for got, name in zip(self.peaks, ("kv_max", "waiting_max", "running_max"), strict=True):
+            peak = _peak(c[name][a:b])
+            if peak is not None:
+                got.append(peak)
 
-
-def _part(column: list[Any], first: int, last: int) -> list[Any]:
-    """column[first : last + 1]; the column itself when that is all of it (a month
-    of calm windows is one run)."""
-    return column if first == 0 and last + 1 == len(column) else column[first : last + 1]
-
-
-def _peaks(c: dict[str, list[Any]], r: _Run) -> dict[str, Any]:
-    """Run `r`'s peaks (`c`: _PEAKS' columns)."""
-    kv, waiting, running = (_peak(_part(c[name], r.first, r.last)) for name in _PEAKS)
-    return {
-        "kv_max": None if kv is None else float(kv),
-        "waiting_max": None if waiting is None else int(waiting),
-        "running_max": None if running is None else int(running),
-    }
+    def episode(self, ws: Sequence[Window], seconds: int) -> Episode:
+        n = self.last - self.first + 1
+        start, end = ws[self.first].start, ws[self.last].end  # (two windows read)
+        silent = 0
+        if start is not None and end is not None and seconds > 0:
+            span = round((end - start).total_seconds() / seconds)
+            silent = max(0, span - n)
+        order = list(Confidence)
+        kv, waiting, running = (_peak(p) for p in self.peaks)
+        return Episode(
+            replica=self.replica,
+            cls=self.cls,
+            first=self.first,
+            n=n,
+            verdict=self.verdict,
+            start=start,
+            end=end,
+            silent=silent,
+            preemptions=round(sum(self.preemptions), 2),
+            preemptions_lower_bound=self.lower,
+            preemptions_estimated=self.estimated,
+            confidence=tuple(
+                sorted(self.confidence.items(), key=lambda kv_: (-kv_[1], order.index(kv_[0])))
+            ),
+            kv_max=None if kv is None else float(kv),
+            waiting_max=None if waiting is None else int(waiting),
+            running_max=None if running is None else int(running),
+        )
 
 
 def episodes(ws: Sequence[Window], v: Verdict, seconds: int) -> list[Episode]:
     """The runs of one replica's windows (in order). A run ends where the class changes
     and where the verdict's episode begins or ends, so that episode is a row of its own."""
-    c = dict(zip(_RUNS, window_columns(ws, _RUNS), strict=True))
-    mine = _in_episode(v, c["cls"], c["replica"], c["start"])
-    runs: list[_Run] = []
-    i = 0
-    # (a run: one class, by identity, and in the verdict's episode or not)
-    for _, group in groupby(zip(map(id, c["cls"]), mine, strict=True)):
-        n = len(list(group))
-        runs.append(_Run(i, i + n - 1, mine[i]))
-        i += n
-    del mine
-    c.update(zip(_COUNTS, window_columns(ws, _COUNTS), strict=True))
-    made = [_counted(c, r, seconds) for r in runs]
-    c = dict(zip(_PEAKS, window_columns(ws, _PEAKS), strict=True))
-    return [Episode(**m, **_peaks(c, r)) for m, r in zip(made, runs, strict=True)]
+    out: list[Episode] = []
+    run: _Acc | None = None
+    for at in range(0, len(ws), _CHUNK):
+        part = ws[at : at + _CHUNK]
+        classes, replicas = window_columns(part, _RUNS)
+        mine = _in_episode(v, classes, replicas, window_micros(part, "start"))
+        c = dict(zip(_READS, window_columns(part, _READS), strict=True))
+        i = 0
+        # (a run: one class, by identity, and in the verdict's episode or not)
+        for (_, verdict), group in groupby(zip(map(id, classes), mine, strict=True)):
+            n = len(list(group))
+            if run is not None and (run.cls is not classes[i] or run.verdict != verdict):
+                out.append(run.episode(ws, seconds))
+                run = None
+            if run is None:
+                run = _Acc(at + i, classes[i], replicas[i], verdict)
+            run.add(c, i, i + n)
+            i += n
+    if run is not None:
+        out.append(run.episode(ws, seconds))
+    return out
 
 
 def focus(eps: Sequence[Episode]) -> Episode | None:

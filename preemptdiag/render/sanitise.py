@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 import regex  # type: ignore[import-untyped, unused-ignore]
 
-from preemptdiag.model.records import Event, ReadWindow, Window, is_printable
+from preemptdiag.model.records import Event, ReadWindow, Window, Windows, is_printable
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def sanitised(obj: T) -> T:
 # What a value of a type is to the walk. Decided once per type and run: a month of
 # windows holds a million values, and is_dataclass/isinstance(Mapping) per value
 # were most of the time.
-_ATOM, _STR, _DATACLASS, _SEQ, _MAP = range(5)
+_ATOM, _STR, _DATACLASS, _SEQ, _MAP, _WINDOWS = range(6)
 
 
 def _kind_of(t: type) -> int:
@@ -67,6 +67,8 @@ def _kind_of(t: type) -> int:
         return _DATACLASS
     if t in (tuple, list):
         return _SEQ
+    if issubclass(t, Windows):
+        return _WINDOWS
     if issubclass(t, Mapping):
         return _MAP
     return _ATOM
@@ -121,6 +123,8 @@ class _Walk:
                 new = self._dataclass(obj)
         elif kind == _SEQ:
             new = self._seq(obj)
+        elif kind == _WINDOWS:
+            new = self._windows(obj)
         else:
             new = self._map(obj)
         self.done[id(obj)] = (obj, new)
@@ -250,6 +254,22 @@ class _Walk:
                         changes[i] = new
             at += len(group)
         return changes
+
+    def _windows(self, obj: Windows) -> Windows:
+        """A report's windows, a run at a time (Windows.runs): a run of ReadWindows
+        whose texts are all printable is left as it is, without making its windows;
+        every other window is walked."""
+        parts: list[Sequence[Any]] = []
+        changed = False
+        for kind, run in obj.runs():
+            if issubclass(kind, ReadWindow) and kind.printable(run):  # type: ignore[arg-type]
+                parts.append(run)
+                continue
+            items = list(run)
+            new = [self.walk(w) for w in items]
+            changed = changed or any(a is not b for a, b in zip(new, items, strict=True))
+            parts.append(new)
+        return Windows(parts) if changed else obj
 
     def _map(self, obj: Mapping[Any, Any]) -> Any:
         if (self.clean.issuperset(obj) or not self._row(tuple(obj))) and not self._row(

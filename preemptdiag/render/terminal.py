@@ -68,7 +68,7 @@ def _timeline(console: Console, report: Report, width: int, mode: TimelineMode) 
     # One table per replica: a replica column would squeeze every number at 80-100
     # columns ("thrash_lo…", "126…").
     for name in names:
-        own = replace(report, windows=tuple(w for w in report.windows if w.replica == name))
+        own = replace(report, windows=common.of_replica(report.windows, name))
         _timeline_of(console, own, width, name, mode)
 
 
@@ -153,7 +153,9 @@ def _timeline_of(
         console.print(Text("  no windows", style="dim"))
         return
     console.print(_table(tl.columns, tl.rows, tl.class_index))
-    sparks = common.sparklines(report, max_len=None)
+    # (the labels' width, which the data does not change: one block each, where a
+    # month's whole lines were ~4 MiB)
+    sparks = common.sparklines(report, max_len=1)
     label_w = max((len(s.label) for s in sparks), default=0)
     room = max(10, width - label_w - 16)
     if len(report.windows) > room:  # bucketed: the legend says how much a block holds

@@ -30,12 +30,12 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from itertools import groupby, pairwise
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast, overload
 
 from preemptdiag.model.records import (
     CALM_COLUMNS,
@@ -51,11 +51,14 @@ from preemptdiag.model.records import (
     Hit,
     Kind,
     Packed,
+    ReadRun,
     ReadWindow,
     RollupStats,
     Window,
+    Windows,
     WrapperStamp,
     is_printable,
+    micros,
 )
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
@@ -103,7 +106,7 @@ class Placed:
     rows: CalmRows
     replicas: list[str]
     anchors: list[datetime]
-    wstarts: list[int]
+    wstarts: array[int]  # (epoch seconds: 8 bytes a minute, no int object)
     n: Sequence[int]
 
     @property
@@ -236,7 +239,7 @@ def place(
     # (a calm minute outside its file's events' span would move its replica's first or
     # last time, read off the events: replicas.replica_facts)
     earliest, latest = min(stamps), max(stamps)
-    early, late = _micros(earliest), _micros(latest)
+    early, late = micros(earliest), micros(latest)
     days: dict[int, int | None] = {}  # (by anchor: _day_at of its time)
     # What the minutes after one anchor read of it: its clock and its event, when it
     # can date them (a run of minutes shares its anchor).
@@ -247,7 +250,7 @@ def place(
         assert r.frame is not None
         replicas: list[str] = []
         dated: list[datetime] = []  # (Placed.anchors)
-        starts: list[int] = []
+        starts: array[int] = array("q")
         cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
         # (k: the anchors before the row's line, bisect_left's answer, found by stepping
         # on while the rows' lines go up: a frame's minutes share an anchor or two)
@@ -299,11 +302,6 @@ def _at(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
 _US = 1_000_000
 
 
-def _micros(ts: datetime) -> int:
-    """Microseconds since the epoch, exactly (an aware time)."""
-    return (ts - _EPOCH) // timedelta(microseconds=1)
-
-
 def _day_at(ts: datetime) -> int | None:
     """The epoch second of the midnight of `ts`'s day in its zone, where the zone is a
     fixed offset (a day's times are then that and their clock's seconds); None for
@@ -311,7 +309,7 @@ def _day_at(ts: datetime) -> int | None:
     offset = ts.utcoffset()
     if type(ts.tzinfo) is not timezone or offset is None or offset.microseconds:
         return None
-    day = _micros(ts.replace(hour=0, minute=0, second=0, microsecond=0))
+    day = micros(ts.replace(hour=0, minute=0, second=0, microsecond=0))
     return day // _US if day >= 0 else None
 
 
@@ -401,7 +399,7 @@ Judged = Callable[[str, datetime, datetime, int, float | None], tuple[Confidence
 
 def windows(
     placed: list[Placed], others: Sequence[Window], seconds: int, judged: Judged
-) -> list[Window] | None:
+) -> Sequence[Window] | None:
     """The calm minutes' windows, classified (`judged`), merged into `others`: the
     events' windows (build_windows' order: by replica, then start, undated last);
     None when a calm window would share its replica and start with one of them.
@@ -411,13 +409,13 @@ def windows(
         return list(others)
     # Each replica's minutes' windows, frame by frame (no tuple a minute: a month's
     # were ~6 MiB at this stage's peak).
-    starts: dict[str, list[int]] = {}
+    starts: dict[str, array[int]] = {}
     for p in placed:
         if p.replicas.count(p.replicas[0]) == p.minutes:
-            starts.setdefault(p.replicas[0], []).extend(p.wstarts)  # (the usual)
+            starts.setdefault(p.replicas[0], array("q")).extend(p.wstarts)  # (the usual)
         else:
             for replica, wstart in zip(p.replicas, p.wstarts, strict=True):
-                starts.setdefault(replica, []).append(wstart)
+                starts.setdefault(replica, array("q")).append(wstart)
     # (windows of several minutes: a minute cut by a block's end, a clock's two streams;
     # none where a replica's windows only go up)
     among = {replica: _Among(got) for replica, got in starts.items()}
@@ -430,15 +428,14 @@ def windows(
     del starts, among
     frames: list[Placed | None] = list(placed)
     placed.clear()
-    # Each row is read once, frame by frame: a window of one minute is made as its row
-    # comes by, the rows of a window of several are kept until it is made.
-    made: list[Window] = []
+    # Each row is read once, frame by frame: the windows of one minute each become a
+    # run of them, made only when read (CalmRun); the rows of a window of several are
+    # kept until it is made.
+    runs: list[CalmRun] = []
     kept: dict[tuple[str, int], list[_Kept]] = {}
-    whys: dict[str, str] = {}
-    # (a window's end is the next one's start, one object: 48 bytes a window)
-    last_at, last_end, step = -1, _EPOCH, timedelta(seconds=seconds)
-    last: tuple[str, int] = ("", -1)
+    judgements: dict[tuple[Confidence, str], int] = {}
     ordered = True  # (made in build_windows' order: by replica, then start)
+    last: tuple[str, int] = ("", -1)
     for f, got_ in enumerate(frames):
         assert got_ is not None
         frames[f] = None  # (its frame goes once read)
@@ -447,7 +444,7 @@ def windows(
         # (what a calm window reads of its rows: the columns it keeps, without the
         # rest of the frame)
         bare = replace(r, frame=None)
-        alone = _Alone([], [], [], [], [])
+        alone = _Alone([], [], array("q"), [])
         for i, (replica, anchor, wstart) in enumerate(
             zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
         ):
@@ -459,22 +456,24 @@ def windows(
             if ordered:
                 ordered = last < (replica, wstart)
                 last = (replica, wstart)
-            start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
-            end = start + step
-            last_at, last_end = wstart + seconds, end
-            alone.add(i, replica, start, end, anchor)
-        made += CalmWindow.made(bare, frame, alone, judged, whys)
-    made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
+            alone.add(i, replica, wstart, anchor)
+        if alone.rows:
+            runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
     if kept or not ordered:
+        # (rare: windows of several minutes, or a replica's minutes out of order; each
+        # window made, all put in order)
+        made: list[Window] = [w for run in runs for w in run]
+        made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
         made.sort(key=_order)
-    return _merged(others, made)
+        return _merged(others, made)
+    return _merged(others, Windows(runs))
 
 
 class _Among:
     """`in` for a list of ints: by bisection where it only goes up (a replica's
     windows, the usual), else by a set of them."""
 
-    def __init__(self, values: list[int]) -> None:
+    def __init__(self, values: Sequence[int]) -> None:
         self.values = values
         self.up = all(a < b for a, b in pairwise(values))
         self.seen: set[int] | None = None
@@ -495,18 +494,17 @@ class _Among:
 _Kept = tuple[CalmRows, str, datetime, tuple[Any, ...]]
 
 
-def _merged(others: Sequence[Window], calm: list[Window]) -> list[Window]:
+def _merged(others: Sequence[Window], calm: Sequence[Window]) -> Windows:
     """heapq.merge(others, calm) by _order: each of the few others put before the
-    first calm window not before it."""
-    out: list[Window] = []
+    first calm window not before it (calm's runs cut there, not copied)."""
+    parts: list[Sequence[Window]] = []
     at = 0
     for w in others:
         k = bisect_left(calm, _order(w), lo=at, key=_order)
-        out += calm[at:k]
-        out.append(w)
+        parts += (calm[at:k], [w])
         at = k
-    out += calm[at:]
-    return out
+    parts.append(calm[at:])
+    return Windows(parts)
 
 
 def _order(w: Window) -> tuple[str, bool, datetime]:
@@ -580,19 +578,17 @@ def _listed(column: Sequence[Any]) -> Sequence[Any]:
 @dataclass(frozen=True, slots=True)
 class _Alone:
     """The rows of a frame whose windows are one minute each, with each one's
-    replica, start, end and anchor (Placed's: CalmWindow.made)."""
+    replica, start (epoch seconds) and anchor (Placed's: CalmRun.made)."""
 
     rows: list[int]
     replicas: list[str]
-    starts: list[datetime]
-    ends: list[datetime]
+    starts: array[int]
     anchors: list[datetime]
 
-    def add(self, i: int, replica: str, start: datetime, end: datetime, anchor: datetime) -> None:
+    def add(self, i: int, replica: str, start: int, anchor: datetime) -> None:
         self.rows.append(i)
         self.replicas.append(replica)
         self.starts.append(start)
-        self.ends.append(end)
         self.anchors.append(anchor)
 
 
@@ -624,52 +620,6 @@ class CalmWindow(ReadWindow):
     _i: int  # its row in them
     _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
     _ts: datetime  # the peak line's time
-
-    @classmethod
-    def made(
-        cls,
-        rows: CalmRows,
-        frame: Columns,
-        alone: _Alone,
-        judged: Judged,
-        whys: dict[str, str],
-    ) -> list[CalmWindow]:
-        """The windows of rows `alone.rows` of `frame` (the frame of `rows`, which are
-        given without it), each of its replica from its start to its end, its peak
-        line dated by its anchor (`alone`); `whys`: the texts of why seen, each kept
-        once (a month's windows say a few hundred). A frame's at once: its columns
-        read once, not a window at a time."""
-        data = frame.data
-        columns = keeps_of(data, len(rows.fields))
-        texts = _texts_of(rows, columns)
-        n, kv, hour, minute, second = (
-            _listed(data[j]) for j in (_N, _MAXES + _KV, _HOUR, _MINUTE, _PEAK_SECOND)
-        )
-        raw = data[_PEAK_TEXT]
-        longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
-        if longest > MAX_EVIDENCE_CHARS:
-            # (cut, as the scan cuts evidence: rare, a line of over 600 characters)
-            columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
-        out: list[CalmWindow] = []
-        new = object.__new__
-        _set = object.__setattr__  # (Window is frozen; slot by slot)
-        for i, replica, start, end, anchor in zip(
-            alone.rows, alone.replicas, alone.starts, alone.ends, alone.anchors, strict=True
-        ):
-            confidence, why = judged(replica, start, end, n[i], kv[i])
-            self = new(cls)
-            _set(self, "_rows", rows)
-            _set(self, "_c", columns)
-            _set(self, "_m", texts)
-            _set(self, "_i", i)
-            _set(self, "replica", replica)
-            _set(self, "start", start)
-            _set(self, "end", end)
-            _set(self, "_ts", _at(anchor, hour[i], minute[i], second[i]))
-            _set(self, "confidence", confidence)
-            _set(self, "why", whys.setdefault(why, why))
-            out.append(self)
-        return out
 
     def _values(self) -> tuple[Any, ...]:
         """The peak line's fields' values, in its rows' fields' order."""
@@ -790,7 +740,7 @@ class CalmWindow(ReadWindow):
                 kvs, running = _gather(runs, _K_PEAK_KV), _gather(runs, _K_PEAK_RUNNING)
                 out.append([r if k == k else None for k, r in zip(kvs, running, strict=True)])
             else:
-                out.append(list(map(attrgetter(name), calm)))
+                out.append(_own(calm, name))
         return out
 
     @classmethod
@@ -808,8 +758,22 @@ class CalmWindow(ReadWindow):
             sig,
             kind,
             _gather(runs, _K_TEXT),
-            list(map(_TS, calm)),
+            _own(calm, "_ts"),
         ]
+
+    @classmethod
+    def micros(cls, ws: Sequence[ReadWindow], name: str) -> array[int]:
+        parts = _calm_runs(ws)
+        if parts is None or name not in ("start", "end"):
+            return super().micros(ws, name)
+        out: array[int] = array("q")
+        for part in parts:
+            out += part.micros(name)
+        return out
+
+    @classmethod
+    def evidence_texts(cls, ws: Sequence[ReadWindow]) -> list[str]:
+        return _gather(_runs(ws), _K_TEXT)  # type: ignore[arg-type]
 
     @classmethod
     def evidence_places(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
@@ -849,8 +813,8 @@ class CalmWindow(ReadWindow):
                     return False
                 texts += [v for v in values if type(v) is str]
             texts += [p for p in columns[_K_PROC][a:b] if p is not None]
-        texts += set(map(_REPLICA, calm))
-        texts += set(map(_WHY, calm))
+        texts += set(_own(calm, "replica"))
+        texts += set(_own(calm, "why"))
         for _, columns, a, b in runs:
             column = columns[_K_TEXT]
             if not (isinstance(column, Packed) and column.printable):  # (known when packed)
@@ -863,7 +827,11 @@ _Run = tuple[CalmRows, tuple[Sequence[Any], ...], int, int]
 
 def _runs(ws: Sequence[CalmWindow]) -> list[_Run]:
     """ws as runs of consecutive rows of one frame: (its rows, their kept columns,
-    first row, row after the last). (A month's windows: ~60 frames, each found in C.)"""
+    first row, row after the last). (A month's windows: ~60 frames, each found in C;
+    CalmRuns' are known.)"""
+    parts = _calm_runs(ws)
+    if parts is not None:
+        return [span for part in parts for span in part.spans()]
     rows = list(map(_I, ws))
     frames = list(map(_C, ws))
     out: list[_Run] = []
@@ -885,6 +853,225 @@ def _runs(ws: Sequence[CalmWindow]) -> list[_Run]:
     return out
 
 
+def _calm_runs(ws: Sequence[Window]) -> list[CalmRun] | None:
+    """ws as its CalmRuns, when it is one or a Windows of them (records.window_runs'
+    run of calm windows), else None (a list of CalmWindows)."""
+    if isinstance(ws, CalmRun):
+        return [ws]
+    if isinstance(ws, Windows):
+        parts = ws.parts
+        if all(isinstance(p, CalmRun) for p in parts):
+            return cast(list[CalmRun], list(parts))
+    return None
+
+
+def _own(ws: Sequence[CalmWindow], name: str) -> list[Any]:
+    """[getattr(w, name) for w in ws] of what a calm window holds itself (its time,
+    replica, judgement, peak line's time), from CalmRuns without making a window."""
+    parts = _calm_runs(ws)
+    if parts is None:
+        return list(map(attrgetter(name), ws))
+    out: list[Any] = []
+    for part in parts:
+        out += part.own(name)
+    return out
+
+
+class CalmRun(ReadRun):
+    """A frame's calm windows, a minute each (the usual), one after another in
+    build_windows' order: not made until read (records.ReadRun). It holds what they
+    do not share, a column each: their rows in the frame, replicas, starts (epoch
+    seconds), anchors and judgements (an index into the ones made: `judgements`,
+    shared by a call's runs): ~20 bytes a window where a CalmWindow with its start
+    and peak time was ~220 (a month's: ~9 MiB). A window read from it is made as
+    CalmWindow.made made it, equal each time it is read. A slice is a CalmRun of the
+    same columns."""
+
+    kind = CalmWindow
+    __slots__ = (
+        "_anchors",
+        "_c",
+        "_clock",
+        "_hi",
+        "_judgements",
+        "_lo",
+        "_m",
+        "_marks",
+        "_replicas",
+        "_rows",
+        "_seconds",
+        "_starts",
+        "_where",
+    )
+    _rows: CalmRows  # (without its frame)
+    _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
+    _m: _Texts
+    _clock: tuple[Sequence[Any], Sequence[Any], Sequence[Any]]  # hour, minute, peak second
+    _where: Sequence[int]  # each window's row in the frame (a range: the usual)
+    _replicas: str | list[str]  # (one replica: the usual)
+    _starts: array[int]
+    _anchors: list[datetime]
+    _marks: array[int]
+    _judgements: list[tuple[Confidence, str]]
+    _seconds: int
+    _lo: int
+    _hi: int
+
+    @classmethod
+    def made(
+        cls,
+        rows: CalmRows,
+        frame: Columns,
+        alone: _Alone,
+        seconds: int,
+        judged: Judged,
+        judgements: dict[tuple[Confidence, str], int],
+    ) -> CalmRun:
+        """The windows of rows `alone.rows` of `frame` (the frame of `rows`, which are
+        given without it), each of its replica from its start for `seconds`, its peak
+        line dated by its anchor (`alone`), classified (`judged`); `judgements`: the
+        (confidence, why) pairs seen, by index (a month's windows say a few hundred).
+        A frame's at once: its columns read once, not a window at a time."""
+        self = object.__new__(cls)
+        data = frame.data
+        columns = keeps_of(data, len(rows.fields))
+        raw = data[_PEAK_TEXT]
+        longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
+        if longest > MAX_EVIDENCE_CHARS:
+            # (cut, as the scan cuts evidence: rare, a line of over 600 characters)
+            columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
+        n, kv = (_listed(data[j]) for j in (_N, _MAXES + _KV))
+        step = timedelta(seconds=seconds)
+        marks: array[int] = array("I")
+        mark = marks.append
+        seen = judgements.setdefault
+        # (a window's end is the next one's start: one datetime a window)
+        last_at, last_end = -1, _EPOCH
+        for i, replica, wstart in zip(alone.rows, alone.replicas, alone.starts, strict=True):
+            start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
+            end = start + step
+            last_at, last_end = wstart + seconds, end
+            mark(seen(judged(replica, start, end, n[i], kv[i]), len(judgements)))
+        first, where = alone.rows[0], alone.rows
+        contiguous = where[-1] - first == len(where) - 1
+        replicas = alone.replicas
+        one = replicas.count(replicas[0]) == len(replicas)
+        _set = object.__setattr__
+        for name, value in (
+            ("_rows", rows),
+            ("_c", columns),
+            ("_m", _texts_of(rows, columns)),
+            ("_clock", tuple(_listed(data[j]) for j in (_HOUR, _MINUTE, _PEAK_SECOND))),
+            ("_where", range(first, first + len(where)) if contiguous else where),
+            ("_replicas", replicas[0] if one else replicas),
+            ("_starts", alone.starts),
+            ("_anchors", alone.anchors),
+            ("_marks", marks),
+            ("_judgements", list(judgements)),  # (those seen so far: its marks' )
+            ("_seconds", seconds),
+            ("_lo", 0),
+            ("_hi", len(where)),
+        ):
+            _set(self, name, value)
+        return self
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, i: int) -> Window: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Window]: ...
+    def __getitem__(self, i: int | slice) -> Window | Sequence[Window]:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(lo, hi, step)]
+            part = object.__new__(CalmRun)
+            for name in CalmRun.__slots__:
+                object.__setattr__(part, name, getattr(self, name))
+            object.__setattr__(part, "_lo", self._lo + lo)
+            object.__setattr__(part, "_hi", self._lo + max(hi, lo))
+            return part
+        n = len(self)
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
+            raise IndexError("window index out of range")
+        return self._window(self._lo + k)
+
+    def __iter__(self) -> Iterator[Window]:
+        return map(self._window, range(self._lo, self._hi))
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return list, (list(self),)
+
+    def _window(self, p: int) -> CalmWindow:
+        """Window p of the run's columns, made."""
+        i = self._where[p]
+        start = datetime.fromtimestamp(self._starts[p], tz=UTC)
+        anchor = self._anchors[p]
+        hour, minute, second = self._clock
+        replicas = self._replicas
+        confidence, why = self._judgements[self._marks[p]]
+        w = object.__new__(CalmWindow)
+        _set = object.__setattr__  # (Window is frozen; slot by slot)
+        _set(w, "_rows", self._rows)
+        _set(w, "_c", self._c)
+        _set(w, "_m", self._m)
+        _set(w, "_i", i)
+        _set(w, "replica", replicas if isinstance(replicas, str) else replicas[p])
+        _set(w, "start", start)
+        _set(w, "end", start + timedelta(seconds=self._seconds))
+        _set(w, "_ts", _at(anchor, hour[i], minute[i], second[i]))
+        _set(w, "confidence", confidence)
+        _set(w, "why", why)
+        return w
+
+    def spans(self) -> list[_Run]:
+        """The run as runs of consecutive rows of its frame (_runs)."""
+        lo, hi, where = self._lo, self._hi, self._where
+        if lo == hi:
+            return []
+        if type(where) is range:
+            return [(self._rows, self._c, where[lo], where[hi - 1] + 1)]
+        out: list[_Run] = []
+        for i in where[lo:hi]:
+            if out and out[-1][3] == i:
+                r, c, a, _ = out[-1]
+                out[-1] = (r, c, a, i + 1)
+            else:
+                out.append((self._rows, self._c, i, i + 1))
+        return out
+
+    def micros(self, name: str) -> array[int]:
+        """records.window_micros of its starts or ends, from their epoch seconds."""
+        by = self._seconds if name == "end" else 0
+        return array("q", [(s + by) * 1_000_000 for s in self._starts[self._lo : self._hi]])
+
+    def own(self, name: str) -> list[Any]:
+        """[getattr(w, name) for w in self] of what a calm window holds itself."""
+        lo, hi = self._lo, self._hi
+        if name == "replica":
+            replicas = self._replicas
+            return [replicas] * (hi - lo) if isinstance(replicas, str) else replicas[lo:hi]
+        if name in ("confidence", "why"):
+            j = name == "why"
+            judgements = self._judgements
+            return [judgements[m][j] for m in self._marks[lo:hi]]
+        if name in ("start", "end"):
+            by = self._seconds if name == "end" else 0
+            at = datetime.fromtimestamp
+            return [at(s + by, tz=UTC) for s in self._starts[lo:hi]]
+        if name == "_ts":
+            hour, minute, second = self._clock
+            where = self._where
+            return [
+                _at(a, hour[i], minute[i], second[i])
+                for a, i in zip(self._anchors[lo:hi], where[lo:hi], strict=True)
+            ]
+        return list(map(attrgetter(name), self))
+
+
 def _gather(runs: list[_Run], j: int) -> list[Any]:
     """Kept column j of each run's rows, one list."""
     out: list[Any] = []
@@ -901,7 +1088,7 @@ def _ints_or_none(values: list[Any]) -> list[Any]:
     return [None if v is None else int(v) for v in values]
 
 
-_I, _C, _TS, _REPLICA, _WHY = (attrgetter(name) for name in ("_i", "_c", "_ts", "replica", "why"))
+_I, _C = attrgetter("_i"), attrgetter("_c")
 # What CalmWindow.columns reads of its kept columns (with what its property makes of
 # the value); the rest are Window's own slots or class constants.
 _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {

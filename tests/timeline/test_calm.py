@@ -24,6 +24,8 @@ from test_lane import _plain_log, _replayed_engine_log
 from test_rollup import _interleaved
 
 import preemptdiag.commands.analyze as analyze
+import preemptdiag.diagnose.rules as rules
+import preemptdiag.render.episodes as episodes
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 import preemptdiag.timeline.calm as calm
@@ -209,6 +211,25 @@ def test_quiet_hours_with_queues_a_thrash_and_warnings(
     assert jobs2 == _outputs([path], monkeypatch, capsys, "--year", "2026")[0][len(FORMATS)]
 
 
+@pytest.mark.parametrize("engines", [1, 2])
+def test_windows_read_a_few_at_a_time_make_the_same_report(
+    engines: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The verdict's columns, its evidence and the episodes read a month's windows a
+    # chunk at a time (a few thousand): chunks of a few windows cut every run of them,
+    # and a run of one class across chunks is one episode, summed and peaked as one.
+    path = _write(tmp_path / "mixed.log", list(_day(3, datetime(2026, 3, 1, 22), 5, engines)))
+    want = _outputs([path], monkeypatch, capsys, "--year", "2026")[0]
+    monkeypatch.setattr(episodes, "_CHUNK", 5)
+    monkeypatch.setattr(rules, "_READ_CHUNK", 7)
+    monkeypatch.setattr(rules, "_EVIDENCE_CHUNK", 3)
+    assert _outputs([path], monkeypatch, capsys, "--year", "2026")[0] == want
+    assert want[0][0] == 0 and '"class": "benign_preemption"' in want[len(FORMATS)][1]
+
+
 @pytest.mark.parametrize(
     "start,ctx",
     [
@@ -366,7 +387,7 @@ def test_a_minute_is_dated_by_its_anchors_day_and_its_clock_exactly(
     start = calm._day_at(anchor)
     assert start is not None
     assert start + hour * 3600 + minute * 60 + second == int(at.timestamp())
-    assert calm._micros(at) == int(at.timestamp()) * 1_000_000
+    assert calm.micros(at) == int(at.timestamp()) * 1_000_000
 
 
 def test_a_zone_that_is_not_a_fixed_offset_of_whole_seconds_is_dated_the_long_way() -> None:

@@ -26,7 +26,17 @@ import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import Options, _redact_window, run_analysis
-from preemptdiag.model.records import Packed, ReadWindow, Window, is_printable, window_columns
+from preemptdiag.model.records import (
+    Packed,
+    ReadWindow,
+    Window,
+    Windows,
+    is_printable,
+    micros,
+    window_columns,
+    window_micros,
+    window_runs,
+)
 from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
@@ -265,3 +275,120 @@ def test_each_frame_of_calm_rows_goes_once_its_windows_are_made(
     windows = _windows(log, True)
     assert len({id(f) for f in frames}) > 1 and alive == [0]
     assert len(_calm(list(windows))) > 30
+
+
+# A report holds its calm windows as runs of them (calm.CalmRun, in records.Windows):
+# a frame's columns and ~20 bytes a window, each window made only when read.
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> tuple[Windows, list[Window]]:
+    """The pair's log's report windows as the report holds them, and without calm
+    minutes."""
+    log = _write(
+        tmp_path_factory.mktemp("held") / "two-hours.log",
+        list(_day(3, datetime(2026, 6, 3, 23, 10), 2.0)),
+    )
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bulk, "AFTER_LINES", 0)
+        m.setattr(passes, "BLOCK_BYTES", 1 << 16)
+        on = _windows(log, True)
+        assert isinstance(on, Windows)
+        return on, list(_windows(log, False))
+
+
+def _calm_runs(on: Windows) -> list[calm.CalmRun]:
+    return [p for p in on.parts if isinstance(p, calm.CalmRun)]
+
+
+def test_a_reports_calm_windows_are_runs_not_windows(
+    held: tuple[Windows, list[Window]],
+) -> None:
+    on, off = held
+    runs = _calm_runs(on)
+    # (several frames, and event windows between them: each a made Window)
+    assert len(runs) > 2 and sum(map(len, runs)) > 60
+    assert not any(isinstance(w, CalmWindow) for p in on.parts if type(p) is list for w in p)
+    assert [_plain(w) for w in on] == off
+
+
+def test_a_calm_run_reads_as_the_windows_it_stands_for(
+    held: tuple[Windows, list[Window]],
+) -> None:
+    for run in _calm_runs(held[0]):
+        made = list(run)
+        assert all(type(w) is CalmWindow for w in made)
+        assert [run[i] for i in range(len(made))] == made
+        assert [run[i] for i in range(-len(made), 0)] == made
+        for i in (len(made), -len(made) - 1):
+            with pytest.raises(IndexError):
+                run[i]
+        part = run[2:-1]
+        assert isinstance(part, calm.CalmRun) and list(part) == made[2:-1]
+        assert list(part[1:3]) == made[2:-1][1:3] and list(run[::3]) == made[::3]
+        assert len(run[5:2]) == 0
+        for name in ("replica", "start", "end", "confidence", "why", "_ts"):
+            assert run.own(name) == [getattr(w, name) for w in made], name
+            assert part.own(name) == [getattr(w, name) for w in made[2:-1]], name
+        for name in ("start", "end"):
+            assert list(run.micros(name)) == [micros(getattr(w, name)) for w in made]
+        assert sum(b - a for _, _, a, b in part.spans()) == len(part)
+        # (a copy is the plain windows: records.ReadWindow's __reduce__)
+        assert pickle.loads(pickle.dumps(run)) == [_plain(w) for w in made]
+        assert [type(w) for w in pickle.loads(pickle.dumps(run))] == [Window] * len(made)
+
+
+def test_the_column_readers_read_a_run_as_they_read_its_windows(
+    held: tuple[Windows, list[Window]],
+) -> None:
+    on = held[0]
+    names = [f.name for f in fields(Window) if f.name != "evidence"]
+    assert window_columns(on, names) == [[getattr(w, n) for w in on] for n in names]
+    assert list(window_micros(on, "start")) == [micros(w.start) for w in on]
+    runs = [(k, r) for k, r in window_runs(on) if k is CalmWindow]
+    # (a few runs of calm windows, each of several frames' runs: records.Windows.runs)
+    assert runs and all(isinstance(r, Windows | calm.CalmRun) for _, r in runs)
+    for _, run in runs:
+        made = list(run)
+        assert CalmWindow.columns(run, names) == ReadWindow.columns(made, names)
+        assert CalmWindow.evidence_lines(run) == ReadWindow.evidence_lines(made)
+        assert CalmWindow.evidence_places(run) == ReadWindow.evidence_places(made)
+        assert CalmWindow.evidence_texts(run) == ReadWindow.evidence_texts(made)
+        assert CalmWindow.evidence_values(run, "kv_usage") == ReadWindow.evidence_values(
+            made, "kv_usage"
+        )
+        assert CalmWindow.printable(run) is ReadWindow.printable(made) is True
+        for name in ("start", "end"):
+            assert CalmWindow.micros(run, name) == ReadWindow.micros(made, name)
+
+
+def test_redaction_and_the_sanitiser_keep_a_clean_run_as_the_run_it_is(
+    held: tuple[Windows, list[Window]],
+) -> None:
+    on = held[0]
+    for redactor in (Redactor(enabled=True), Redactor(enabled=False)):
+        got = analyze._redact_windows(on, redactor)
+        assert (
+            got == on
+            and _calm_runs(got)
+            and sum(map(len, _calm_runs(got))) == sum(map(len, _calm_runs(on)))
+        )
+    assert sanitised(on) is on
+
+
+def test_a_secret_in_a_calm_minutes_line_is_redacted_as_without_calm_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (a minute's every line ends in a key, so its window's evidence line holds it; the
+    # chunk of calm windows holding it is redacted window by window, the rest kept)
+    secret = "sk-" + "A1b2C3d4" * 4
+    lines = list(_day(6, datetime(2026, 6, 3), 1.0))
+    lines = [f"{t} api_key={secret}" if "23:31:" in t or " 00:31:" in t else t for t in lines]
+    assert sum(secret in t for t in lines) == 6
+    log = _write(tmp_path / "keyed.log", lines)
+    monkeypatch.setattr(analyze, "_REDACT_CHUNK", 4)
+    spy = _assert_same([log], monkeypatch, capsys)
+    assert spy.placed > 30 and not spy.gave_up
+    for out in tmp_path.glob("keyed.*.*"):
+        text = out.read_text(encoding="utf-8")
+        assert secret not in text and "A1b2C3d4" not in text, out.name
