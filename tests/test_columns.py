@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preemptdiag.model.records import CALM_COLUMNS, Columns, Const, Packed, column_of
+from preemptdiag.model.records import CALM_COLUMNS, Columns, Const, Packed, PackedNumbers, column_of
 from preemptdiag.scan import lane
 from preemptdiag.scan.lane import plain_columns
 from preemptdiag.scan.signatures import load as load_signatures
@@ -242,3 +242,66 @@ def test_a_frames_peak_lines_are_packed_when_its_calm_rows_are_made() -> None:
     few = frame(lane.PACK_MIN - 1)
     got = lane.calm_rows("a.log", sig, False, few).frame
     assert got is not None and got.data[at] is few.data[at]
+
+
+_NUMBERS = st.one_of(
+    st.tuples(st.just("b"), st.lists(st.integers(-128, 127), max_size=200)),
+    st.tuples(st.just("i"), st.lists(st.integers(-(2**31), 2**31 - 1), max_size=200)),
+    st.tuples(st.just("q"), st.lists(st.sampled_from([0, 1, 2**40, -7]), max_size=200)),
+    st.tuples(
+        st.just("d"),
+        st.lists(st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 70.1]), max_size=200),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_NUMBERS)
+def test_packed_numbers_are_the_array_they_were(drawn: tuple[str, list[Any]]) -> None:
+    code, values = drawn
+    column = array(code, values)
+    got = PackedNumbers.of(column)
+    # (kept as the array where packing saves under a fifth)
+    assert got is column or (
+        isinstance(got, PackedNumbers) and len(got._blob) * 5 <= len(column.tobytes()) * 4
+    )
+    for read in (got, pickle.loads(pickle.dumps(got))):
+        assert len(read) == len(values) and read.typecode == code
+        assert all(_same(a, b) for a, b in zip(read, values, strict=True))
+        assert all(_same(read[i], values[i]) for i in range(-len(values), len(values)))
+        assert list(read[2:9]) == values[2:9] and list(read[::3]) == values[::3]
+        assert read.count(values[0] if values else 0) == values.count(values[0] if values else 0)
+
+
+def test_packed_numbers_are_read_right_past_the_columns_kept_open() -> None:
+    columns = [array("q", [k] * 64 + list(range(64))) for k in range(300)]
+    packed = [PackedNumbers.of(c) for c in columns]
+    assert all(isinstance(p, PackedNumbers) for p in packed)
+    for _ in range(2):  # (each opened, then opened again once the others pushed it out)
+        assert all(
+            p[0] == k and list(p) == list(c)
+            for k, (p, c) in enumerate(zip(packed, columns, strict=True))
+        )
+    assert packed[0] == PackedNumbers.of(array("q", columns[0])) and packed[0] != packed[1]
+
+
+def test_shifted_keeps_a_packed_column_packed_and_right() -> None:
+    lines = array("q", range(10, 1010))
+    packed = PackedNumbers.of(lines)
+    assert isinstance(packed, PackedNumbers)
+    moved = Columns(("line",), (packed,)).shifted(("line",), 1 << 40).column("line")
+    assert isinstance(moved, PackedNumbers) and list(moved) == [v + (1 << 40) for v in lines]
+
+
+def test_a_frames_numbers_are_packed_when_its_calm_rows_are_made() -> None:
+    sig = next(s for s in load_signatures() if s.id == "vllm.v1.stats")
+    n = lane.PACK_MIN
+    numbers = array("d", [float(i % 3) for i in range(n)])
+    data = tuple(numbers if name == "sum_kv_usage" else Const(0, n) for name in CALM_COLUMNS)
+    got = lane.calm_rows("a.log", sig, False, Columns(CALM_COLUMNS, data)).frame
+    assert got is not None
+    column = got.column("sum_kv_usage")
+    assert isinstance(column, PackedNumbers) and list(column) == list(numbers)
+    few = tuple(c[: n - 1] for c in data)
+    kept = lane.calm_rows("a.log", sig, False, Columns(CALM_COLUMNS, few)).frame
+    assert kept is not None and isinstance(kept.column("sum_kv_usage"), array)

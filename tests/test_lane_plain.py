@@ -225,11 +225,14 @@ def test_calm_minutes_are_the_polars_lanes(
     assert mine.calm_minutes > 150  # (minutes with waiting, KV >= 90 %, at an edge: hits)
     assert _table(mine) == _table(polars_lane)
     assert mine.hits == polars_lane.hits
-    # numbers with no gap kept as arrays (8 bytes a value), one value once (8 rows or
-    # more), as plain_columns keeps them
+    # numbers with no gap kept as arrays (in the fewest bytes), packed from 16 rows
+    # (records.PackedNumbers), one value once (8 rows or more), as plain_columns keeps
+    # them
     frame = max((c.frame for c in mine.calm if c.frame), key=lambda f: f.height)
     kinds = {name: type(col).__name__ for name, col in zip(frame.names, frame.data, strict=True)}
-    assert kinds["first_line"] == kinds["sum_kv_usage"] == kinds["mean_running"] == "array"
+    numbers = {kinds[n] for n in ("first_line", "sum_kv_usage", "mean_running", "minute")}
+    assert numbers <= {"array", "PackedNumbers"} and frame.column("sum_kv_usage").typecode == "d"
+    assert ("PackedNumbers" in kinds.values()) is (frame.height >= 16), kinds
     one = "Const" if frame.height >= 8 else "list"
     assert kinds["swapped_first"] == kinds["f_engines_aggregated"] == one  # (None a row)
 

@@ -39,6 +39,7 @@ place. tests/test_lane.py holds the two ways to identical hits.
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from preemptdiag.model.records import (
     Hit,
     Kind,
     Packed,
+    PackedNumbers,
     Rollup,
     RollupStats,
     WrapperStamp,
@@ -1094,14 +1096,19 @@ PACK_MIN = 16  # (fewer texts are kept as they are: packing them saves little)
 
 
 def _packed(frame: Columns) -> Columns:
-    texts = frame.data[_PEAK_TEXT]
-    if isinstance(texts, Const) or len(texts) < PACK_MIN:
+    """The frame with its peak lines' texts packed (records.Packed) and its columns
+    of numbers (records.PackedNumbers: a month's are ~6 MiB as arrays, ~2 MiB so),
+    when it has PACK_MIN rows or more."""
+    data = list(frame.data)
+    if frame.height < PACK_MIN:
         return frame
-    packed = Packed.of(texts)
-    if packed is None:
-        return frame
-    data = frame.data
-    return Columns(frame.names, (*data[:_PEAK_TEXT], packed, *data[_PEAK_TEXT + 1 :]))
+    texts = data[_PEAK_TEXT]
+    if not isinstance(texts, Const):
+        data[_PEAK_TEXT] = Packed.of(texts) or texts
+    for j, column in enumerate(data):
+        if isinstance(column, array):
+            data[j] = PackedNumbers.of(column)
+    return Columns(frame.names, tuple(data))
 
 
 def plain_columns(frame: pl.DataFrame) -> Columns:

@@ -51,6 +51,7 @@ from preemptdiag.model.records import (
     Hit,
     Kind,
     Packed,
+    PackedNumbers,
     ReadRun,
     ReadWindow,
     RollupStats,
@@ -571,8 +572,11 @@ def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any],
 
 
 def _listed(column: Sequence[Any]) -> Sequence[Any]:
-    """A column read a row at a time: a Const as a list (its [] is a Python call)."""
-    return list(column) if isinstance(column, Const) else column
+    """A column read a row at a time: a Const as a list, a packed one as its array
+    (their [] is a Python call)."""
+    if isinstance(column, Const):
+        return list(column)
+    return column.opened() if isinstance(column, PackedNumbers) else column
 
 
 @dataclass(frozen=True, slots=True)
@@ -1125,10 +1129,10 @@ def _texts_of(r: CalmRows, columns: tuple[Sequence[Any], ...]) -> _Texts:
 
 
 def _may_hold_text(column: Sequence[Any]) -> bool:
-    """Not an array of numbers, nor one number or None in every row."""
+    """Not an array of numbers (packed or not), nor one number or None in every row."""
     if isinstance(column, Const):
         return type(column.value) is str
-    return not isinstance(column, array)
+    return not isinstance(column, array | PackedNumbers)
 
 
 _Texts = tuple[tuple[str, ...], tuple[int, ...]]
