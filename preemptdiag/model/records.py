@@ -631,6 +631,17 @@ class ReadWindow(_ReadBase):
         )
 
     @classmethod
+    def evidence_untimed(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
+        """evidence_lines but the time: source, line, sig, kind, text."""
+        return cls.evidence_lines(ws)[:5]
+
+    @classmethod
+    def evidence_micros(cls, ws: Sequence[ReadWindow]) -> array[int] | None:
+        """The evidence lines' times as micros(); None where the class has them only
+        as datetimes (evidence_lines' last column, then)."""
+        return None
+
+    @classmethod
     def evidence_texts(cls, ws: Sequence[ReadWindow]) -> list[str]:
         """The text column of evidence_lines (what the redactor reads)."""
         return cls.evidence_lines(ws)[4]

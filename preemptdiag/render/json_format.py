@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from preemptdiag.model.records import (
+    NO_TIME,
     Event,
     Kind,
     Lever,
@@ -320,19 +321,27 @@ def _read_windows_json(
     the template's pieces; None when a value is not a plain scalar (window_json
     then, a window at a time)."""
     times: dict[int, str] = {}  # (_iso_column's hours)
+    # (a window's start and end, and its line's time, written from their microseconds
+    # where the class has them without a datetime each: a calm run's)
+    stamps = {name: _iso_micros(read.micros(ws, name), times) for name in _TIMES}
+    others = [a for a in _WINDOW_ATTRS if a not in _TIMES or stamps[a] is None]
+    read_columns = dict(zip(others, read.columns(ws, others), strict=True))
     made: list[Sequence[Any]] = [
-        col
+        read_columns[name]
         if make is None
-        else _iso_column(col, times)
+        else stamps[name] or _iso_column(read_columns[name], times)
         if make is common.iso
-        else _finite_column(col)
+        else _finite_column(read_columns[name])
         if make is common.finite
-        else list(map(make, col))
-        for make, col in zip(_WINDOW_MAKE, read.columns(ws, _WINDOW_ATTRS), strict=True)
+        else list(map(make, read_columns[name]))
+        for name, make in zip(_WINDOW_ATTRS, _WINDOW_MAKE, strict=True)
     ]
     # (_line_values' columns: the kind as str, the time as iso)
-    file, line, sig, kind, text, ts = read.evidence_lines(ws)
-    made += [file, line, sig, [str(k) for k in kind], text, _iso_column(ts, times)]
+    file, line, sig, kind, text = read.evidence_untimed(ws)
+    ts = _iso_micros(read.evidence_micros(ws), times)
+    if ts is None:
+        ts = _iso_column(read.evidence_lines(ws)[5], times)
+    made += [file, line, sig, [str(k) for k in kind], text, ts]
     pieces = list(_one_event_pieces(indent))
     glue = [pieces[0]]  # the template's text before each varying field, and after
     varying: list[Sequence[str]] = []
@@ -421,6 +430,30 @@ def _iso_column(col: Sequence[datetime | None], seen: dict[int, str]) -> list[st
     return out
 
 
+def _iso_micros(micros: Sequence[int] | None, seen: dict[int, str]) -> list[str | None] | None:
+    """_iso_column of the times these microseconds are (records.window_micros; NO_TIME
+    none): None unless each is a whole second or none (the caller then reads the
+    datetimes)."""
+    if micros is None:
+        return None
+    clock = _clock()
+    out: list[str | None] = []
+    for us in micros:
+        if us == NO_TIME:
+            out.append(None)
+            continue
+        second, part = divmod(us, 1_000_000)
+        if part:
+            return None
+        hour, at = divmod(second, 3600)
+        text = seen.get(hour)
+        if text is None:
+            text = seen[hour] = datetime.fromtimestamp(hour * 3600, UTC).isoformat()[:14]
+        out.append(text + clock[at])
+    return out
+
+
+_TIMES = ("start", "end")
 _TZINFO = operator.attrgetter("tzinfo")
 _TIMESTAMP: Callable[[datetime | None], float] = datetime.timestamp  # type: ignore[assignment]
 

@@ -445,6 +445,14 @@ def windows(
         # (what a calm window reads of its rows: the columns it keeps, without the
         # rest of the frame)
         bare = replace(r, frame=None)
+        if not several and _after(got_, last):
+            # (the usual: one replica's minutes going up after the frame before's, a
+            # window each: the frame's columns as they are, not a row at a time)
+            reps, wstarts = got_.replicas, got_.wstarts
+            last = (reps[-1], wstarts[-1])
+            alone = _Alone(range(got_.minutes), reps, wstarts, got_.anchors)
+            runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
+            continue
         alone = _Alone([], [], array("q"), [])
         for i, (replica, anchor, wstart) in enumerate(
             zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
@@ -579,17 +587,30 @@ def _listed(column: Sequence[Any]) -> Sequence[Any]:
     return column.opened() if isinstance(column, PackedNumbers) else column
 
 
+def _after(p: Placed, last: tuple[str, int]) -> bool:
+    """Whether the frame's minutes are one replica's, each after the one before, the
+    first after `last` (the last minute of the frames before): in build_windows'
+    order as they are."""
+    reps, starts = p.replicas, p.wstarts
+    return (
+        reps.count(reps[0]) == p.minutes
+        and last < (reps[0], starts[0])
+        and all(a < b for a, b in pairwise(starts))
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Alone:
     """The rows of a frame whose windows are one minute each, with each one's
     replica, start (epoch seconds) and anchor (Placed's: CalmRun.made)."""
 
-    rows: list[int]
+    rows: list[int] | range
     replicas: list[str]
     starts: array[int]
     anchors: list[datetime]
 
     def add(self, i: int, replica: str, start: int, anchor: datetime) -> None:
+        assert isinstance(self.rows, list)
         self.rows.append(i)
         self.replicas.append(replica)
         self.starts.append(start)
@@ -749,6 +770,10 @@ class CalmWindow(ReadWindow):
 
     @classmethod
     def evidence_lines(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
+        return [*cls.evidence_untimed(ws), _own(ws, "_ts")]  # type: ignore[arg-type]
+
+    @classmethod
+    def evidence_untimed(cls, ws: Sequence[ReadWindow]) -> list[list[Any]]:
         calm: Sequence[CalmWindow] = ws  # type: ignore[assignment]
         runs = _runs(calm)
         per_run: list[list[Any]] = [[], [], []]  # source, sig, kind
@@ -756,14 +781,20 @@ class CalmWindow(ReadWindow):
             for column, value in zip(per_run, (rows.source, rows.sig, rows.kind), strict=True):
                 column += [value] * (b - a)
         source, sig, kind = per_run
-        return [
-            source,
-            _gather(runs, _K_LINE),
-            sig,
-            kind,
-            _gather(runs, _K_TEXT),
-            _own(calm, "_ts"),
-        ]
+        return [source, _gather(runs, _K_LINE), sig, kind, _gather(runs, _K_TEXT)]
+
+    @classmethod
+    def evidence_micros(cls, ws: Sequence[ReadWindow]) -> array[int] | None:
+        parts = _calm_runs(ws)
+        if parts is None:
+            return None
+        out: array[int] = array("q")
+        for part in parts:
+            got = part.ts_micros()
+            if got is None:
+                return None
+            out += got
+        return out
 
     @classmethod
     def micros(cls, ws: Sequence[ReadWindow], name: str) -> array[int]:
@@ -1051,6 +1082,24 @@ class CalmRun(ReadRun):
         """records.window_micros of its starts or ends, from their epoch seconds."""
         by = self._seconds if name == "end" else 0
         return array("q", [(s + by) * 1_000_000 for s in self._starts[self._lo : self._hi]])
+
+    def ts_micros(self) -> array[int] | None:
+        """micros() of each window's peak line's time (_ts), from its anchor's midnight
+        and its clock, as calm.place dates a minute; None where an anchor is not in
+        a fixed offset (_ts is read then)."""
+        hour, minute, second = self._clock
+        days: dict[int, int | None] = {}
+        out: array[int] = array("q")
+        lo, hi = self._lo, self._hi
+        for anchor, i in zip(self._anchors[lo:hi], self._where[lo:hi], strict=True):
+            day = days.get(id(anchor), -1)
+            if day == -1:
+                day = days[id(anchor)] = _day_at(anchor)
+            h, m, s = hour[i], minute[i], second[i]
+            if day is None or not (h < 24 and m < 60 and s < 60):
+                return None
+            out.append((day + h * 3600 + m * 60 + s) * 1_000_000)
+        return out
 
     def own(self, name: str) -> list[Any]:
         """[getattr(w, name) for w in self] of what a calm window holds itself."""
