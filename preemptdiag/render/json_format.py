@@ -419,9 +419,17 @@ def _iso_column(col: Sequence[datetime | None], seen: dict[int, str]) -> list[st
     # (a naive time is UTC to common.iso, local time to timestamp())
     if seconds != stamps or None in map(_TZINFO, col):
         return list(map(common.iso, col))
+    return _iso_seconds(seconds, seen)
+
+
+def _iso_seconds(seconds: Iterable[int | None], seen: dict[int, str]) -> list[str | None]:
+    """common.iso of each epoch second (None: None)."""
     clock = _clock()
     out: list[str | None] = []
     for second in seconds:
+        if second is None:
+            out.append(None)
+            continue
         hour, at = divmod(second, 3600)
         text = seen.get(hour)
         if text is None:
@@ -436,21 +444,13 @@ def _iso_micros(micros: Sequence[int] | None, seen: dict[int, str]) -> list[str 
     datetimes)."""
     if micros is None:
         return None
-    clock = _clock()
-    out: list[str | None] = []
+    seconds: list[int | None] = []
     for us in micros:
-        if us == NO_TIME:
-            out.append(None)
-            continue
         second, part = divmod(us, 1_000_000)
-        if part:
+        if us != NO_TIME and part:
             return None
-        hour, at = divmod(second, 3600)
-        text = seen.get(hour)
-        if text is None:
-            text = seen[hour] = datetime.fromtimestamp(hour * 3600, UTC).isoformat()[:14]
-        out.append(text + clock[at])
-    return out
+        seconds.append(None if us == NO_TIME else second)
+    return _iso_seconds(seconds, seen)
 
 
 _TIMES = ("start", "end")

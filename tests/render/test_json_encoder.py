@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 import textwrap
+from array import array
 from datetime import UTC, datetime, timedelta, timezone
 from enum import IntEnum
 from typing import Any
@@ -15,10 +16,11 @@ from builders import T0, make_event, make_window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preemptdiag.model.records import Class, Event, Kind, ReadWindow, Window
+from preemptdiag.model.records import Class, Event, Kind, ReadWindow, Window, micros
 from preemptdiag.render import common
 from preemptdiag.render.json_format import (
     _iso_column,
+    _iso_micros,
     _texts,
     dumps_indented,
     window_dict,
@@ -241,3 +243,16 @@ def test_a_column_of_times_is_each_time_as_iso_writes_it(
     if again:  # (the hours seen are kept from column to column)
         _iso_column(col[::-1], seen)
     assert _iso_column(col, seen) == [common.iso(t) for t in col]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TIMES, min_size=1, max_size=8))
+def test_times_from_their_microseconds_are_written_as_iso_writes_them(
+    col: list[datetime | None],
+) -> None:
+    # (a calm run's times come as microseconds, records.window_micros: written when
+    # each is a whole second or none, else left to the datetimes' way)
+    got = _iso_micros(array("q", map(micros, col)), {})
+    whole = all(t is None or t.microsecond == 0 for t in col)
+    assert got == ([common.iso(t) for t in col] if whole else None)
+    assert _iso_micros(None, {}) is None

@@ -332,6 +332,7 @@ def test_a_calm_run_reads_as_the_windows_it_stands_for(
             assert part.own(name) == [getattr(w, name) for w in made[2:-1]], name
         for name in ("start", "end"):
             assert list(run.micros(name)) == [micros(getattr(w, name)) for w in made]
+        assert list(part.ts_micros() or ()) == [micros(w._ts) for w in made[2:-1]]
         assert sum(b - a for _, _, a, b in part.spans()) == len(part)
         # (a copy is the plain windows: records.ReadWindow's __reduce__)
         assert pickle.loads(pickle.dumps(run)) == [_plain(w) for w in made]
@@ -360,6 +361,9 @@ def test_the_column_readers_read_a_run_as_they_read_its_windows(
         assert CalmWindow.printable(run) is ReadWindow.printable(made) is True
         for name in ("start", "end"):
             assert CalmWindow.micros(run, name) == ReadWindow.micros(made, name)
+        assert list(CalmWindow.evidence_micros(run) or ()) == [micros(w._ts) for w in made]
+        assert ReadWindow.evidence_micros(made) is None
+        assert CalmWindow.evidence_untimed(run) == ReadWindow.evidence_untimed(made)
 
 
 def test_redaction_and_the_sanitiser_keep_a_clean_run_as_the_run_it_is(
