@@ -10,12 +10,11 @@ import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import accumulate, groupby, pairwise
-from math import copysign
-from typing import Any
 
 from preemptdiag.diagnose.stories import (
+    StatsSeen,
     cpu_backend,
     crash_of,
     healthy_why,
@@ -164,29 +163,33 @@ def _rank(w: Window) -> int:
 
 # What the verdict reads of every window, a column each (records.window_columns): a
 # healthy month is one run of 43,200 windows, and a property read a window and use
-# was most of the verdict's time.
+# was most of the verdict's time. Read a chunk of windows at a time, the counts in
+# arrays and the peaks a healthy verdict names folded as they are read (StatsSeen):
+# ~30 bytes a window held (a quarter's ~130,000 windows' lists were ~9 MiB).
 @dataclass(frozen=True, slots=True)
 class _Read:
     replica: list[str]
     cls: list[Class]
-    n_stats: list[int]
-    host_ooms: list[int]
-    kv_max: list[float | None]
-    waiting_max: list[int | None]
-    # (records.window_micros: 8 bytes a window, where a month's datetimes were ~2 MiB)
-    start: array[int]
+    n_stats: array[int]
+    host_ooms: array[int]
+    start: array[int]  # (records.window_micros)
+    seen: StatsSeen  # (healthy_why's)
 
     @classmethod
     def of(cls, windows: Sequence[Window]) -> _Read:
-        # (a chunk of windows at a time, each KV value one object however often it
-        # recurs: a month's columns at once were ~5 MiB, ~2.5 MiB kept)
-        columns: dict[str, list[Any]] = {name: [] for name in _READ}
-        same: dict[tuple[float, float], float] = {}
+        replica: list[str] = []
+        classes: list[Class] = []
+        n_stats, host_ooms = array("q"), array("q")
+        seen = StatsSeen()
         for at in range(0, len(windows), _READ_CHUNK):
-            part = window_columns(windows[at : at + _READ_CHUNK], _READ)
-            for name, got in zip(_READ, part, strict=True):
-                columns[name] += _shared(got, same) if name == "kv_max" else got
-        return cls(**columns, start=window_micros(windows, "start"))
+            part = windows[at : at + _READ_CHUNK]
+            reps, kinds, ns, hosts, kv, waiting = window_columns(part, _READ)
+            replica += reps
+            classes += kinds
+            n_stats.extend(ns)
+            host_ooms.extend(hosts)
+            seen.add(at, ns, kv, waiting)
+        return cls(replica, classes, n_stats, host_ooms, window_micros(windows, "start"), seen)
 
     def ranks(self) -> list[int]:
         """_rank of each window."""
@@ -210,15 +213,8 @@ class _Read:
         return min(dated, key=self.start.__getitem__) if dated else None
 
 
-_READ = tuple(f.name for f in fields(_Read) if f.name != "start")
+_READ = ("replica", "cls", "n_stats", "host_ooms", "kv_max", "waiting_max")
 _READ_CHUNK = 4096
-
-
-def _shared(values: list[Any], same: dict[tuple[float, float], float]) -> list[Any]:
-    """values with each float replaced by the first equal one seen (`same`), of the
-    same sign (0.0 and -0.0 are equal, and JSON tells them apart); a NaN, equal to
-    nothing, stays itself."""
-    return [same.setdefault((v, copysign(1.0, v)), v) if type(v) is float else v for v in values]
 
 
 def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> Sequence[Window]:
@@ -460,7 +456,7 @@ def verdict(
     cls = head.cls
     why = head.why
     if cls is Class.HEALTHY:
-        why = healthy_why(windows, read.n_stats, read.kv_max, read.waiting_max, why)
+        why = healthy_why(windows, read.seen, why)
     elif cls is Class.QUEUEING:
         why = queueing_why(windows, head.replica, why)
     # (the CPU backend's KV pool and weights live in host RAM: no GPU to name)

@@ -69,30 +69,56 @@ def aggregated_engines(e: Event) -> int:
     return n if isinstance(n, int) and n > 1 else 1
 
 
-def healthy_why(
-    windows: Sequence[Window],
-    n_stats: Sequence[int],
-    kv_max: Sequence[float | None],
-    waiting_max: Sequence[int | None],
-    fallback: str,
-) -> str:
+class StatsSeen:
+    """What a healthy verdict says of every window with stats lines (healthy_why),
+    read a chunk of windows at a time: how many, their lines, the KV and queue peaks
+    (each max() of them in order: the same fold whatever the chunks, a NaN
+    included), and the last one."""
+
+    def __init__(self) -> None:
+        self.windows = self.lines = 0
+        self.kv: float | None = None
+        self.waiting: int | None = None
+        self.last = -1  # (its index)
+
+    def add(
+        self,
+        at: int,
+        n_stats: Sequence[int],
+        kv_max: Sequence[float | None],
+        waiting_max: Sequence[int | None],
+    ) -> None:
+        """The windows from index `at` on, a column each."""
+        # (a month's windows all have stats lines: their indexes are a range)
+        stats: Sequence[int] = (
+            range(len(n_stats)) if all(n_stats) else [i for i, n in enumerate(n_stats) if n]
+        )
+        if not stats:
+            return
+        self.windows += len(stats)
+        self.lines += sum(n_stats[i] for i in stats)
+        self.last = at + stats[-1]
+        kv = [v for i in stats if (v := kv_max[i]) is not None]
+        if kv:
+            self.kv = max(kv if self.kv is None else [self.kv, *kv])
+        waiting = [v for i in stats if (v := waiting_max[i]) is not None]
+        if waiting:
+            self.waiting = max(waiting if self.waiting is None else [self.waiting, *waiting])
+
+
+def healthy_why(windows: Sequence[Window], seen: StatsSeen, fallback: str) -> str:
     """A healthy verdict speaks for the whole input, not its first window (which is
-    often start-up lines only). (`n_stats`, `kv_max`, `waiting_max`: each window's,
-    read a column at a time.)"""
-    # (a month's windows all have stats lines: their indexes are a range)
-    stats: Sequence[int] = (
-        range(len(n_stats)) if all(n_stats) else [i for i, n in enumerate(n_stats) if n]
-    )
-    if not stats:
+    often start-up lines only). (`seen`: its windows with stats lines, read a chunk
+    at a time.)"""
+    if not seen.windows:
         return fallback
-    kv = [v for i in stats if (v := kv_max[i]) is not None]
-    waiting = [v for i in stats if (v := waiting_max[i]) is not None]
-    n = sum(n_stats[i] for i in stats)
-    parts = [f"{n:,} stats line(s) in {len(stats):,} window(s)"]
-    if kv:
-        parts.append(f"KV max {max(kv):.1f}%")
-    parts.append(f"waiting max {max(waiting)}" if waiting else "queue length not logged")
-    tail = windows[stats[-1]].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
+    parts = [f"{seen.lines:,} stats line(s) in {seen.windows:,} window(s)"]
+    if seen.kv is not None:
+        parts.append(f"KV max {seen.kv:.1f}%")
+    parts.append(
+        f"waiting max {seen.waiting}" if seen.waiting is not None else "queue length not logged"
+    )
+    tail = windows[seen.last].why.rsplit(", ", 1)[-1]  # "no preemption" or what the log cannot show
     return ", ".join(parts) + f", {tail}"
 
 

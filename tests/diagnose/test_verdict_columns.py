@@ -4,6 +4,7 @@ window-at-a-time reading made of them (kept here as the reference)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptdiag.diagnose import rules
+from preemptdiag.diagnose.stories import StatsSeen
 from preemptdiag.model.records import Class, Window
 
 _SECONDS = 60
@@ -108,3 +110,36 @@ def test_the_lines_taken_are_a_set_of_them(
             taken.runs.append(up)
             model |= set(up)
     assert [at in taken for at in asked] == [at in model for at in asked]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.none() | st.sampled_from([0.0, -0.0, 12.5, 99.9, math.nan]) | st.floats(0, 100),
+            st.none() | st.integers(0, 50),
+        ),
+        max_size=30,
+    ),
+    st.integers(1, 7),
+)
+def test_a_healthy_verdicts_counts_read_in_chunks_are_the_whole_columns(
+    rows: list[tuple[int, float | None, int | None]], chunk: int
+) -> None:
+    # (stories.healthy_why's numbers, as the lists of every window gave them: max()
+    # in order, a NaN among them included)
+    seen = StatsSeen()
+    for at in range(0, len(rows), chunk):
+        part = rows[at : at + chunk]
+        seen.add(at, [r[0] for r in part], [r[1] for r in part], [r[2] for r in part])
+    stats = [i for i, r in enumerate(rows) if r[0]]
+    kv = [v for i in stats if (v := rows[i][1]) is not None]
+    waiting = [v for i in stats if (v := rows[i][2]) is not None]
+    assert (seen.windows, seen.lines, seen.last) == (
+        len(stats),
+        sum(rows[i][0] for i in stats),
+        stats[-1] if stats else -1,
+    )
+    assert repr(seen.kv) == repr(max(kv) if kv else None)
+    assert seen.waiting == (max(waiting) if waiting else None)
