@@ -6,11 +6,13 @@ numbers (records.CalmRows, a frame a block); here each gets its time and replica
 the hit before it in its file (its anchor: the lane makes the first segment of every
 clock a hit), and the minutes of one window become that window, as build_windows
 aggregates their lines, classified as it is made (the rules find it healthy: PD110,
-window_rules.healthy_calm). Its row is read once, then, and its frame let go: the
-window of one minute (the usual) is a CalmWindow, which keeps what it needs of the row
-and makes its evidence event only when it is read (records.ReadWindow); a CalmMinute
-and a Window are made for a window of several minutes. Everything after sees the
-windows, and the minutes' lines where it counts lines (detect_engine).
+window_rules.healthy_calm). Its row is read once, then, and its frame let go: a
+frame's windows of one minute (the usual) are a CalmRun, the columns they read, each
+window (a CalmWindow) made only when it is read, and its evidence event only when that
+is (records.ReadRun, records.ReadWindow); a CalmMinute and a Window are made for a
+window of several minutes. Everything after sees the windows (records.Windows: runs a
+class at a time, read a column at a time), and the minutes' lines where it counts
+lines (detect_engine).
 
 Exact, or not used: `place` gives None, and analyze scans again without calm minutes,
 when a minute has no anchor of its clock before it, when its anchor was not timed from
