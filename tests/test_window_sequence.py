@@ -22,6 +22,7 @@ from preemptdiag.model.records import (
     NO_TIME,
     Window,
     Windows,
+    from_micros,
     micros,
     narrow,
     window_micros,
@@ -111,6 +112,8 @@ def test_micros_orders_and_subtracts_as_the_times_do(
     # (a naive time is read as UTC, as the renderers read it)
     assert micros(a) == micros(a.replace(tzinfo=UTC))
     assert micros(None) == NO_TIME < micros(datetime(1, 1, 1, tzinfo=UTC))
+    # (and back: the same instant, in UTC)
+    assert from_micros(micros(x)) == x and from_micros(micros(x)).tzinfo is UTC
 
 
 def test_window_micros_is_each_windows_time_or_no_time() -> None:

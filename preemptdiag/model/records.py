@@ -816,6 +816,11 @@ def micros(ts: datetime | None) -> int:
     return ((ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts) - _EPOCH) // _MICROSECOND
 
 
+def from_micros(us: int) -> datetime:
+    """The UTC time of micros() (not NO_TIME)."""
+    return _EPOCH + timedelta(microseconds=us)
+
+
 def window_micros(ws: Sequence[Window], name: str) -> array[int]:
     """Each window's `name` ("start" or "end") as micros(): 8 bytes a window in an
     array, where a month's calm windows' datetimes were ~2.4 MiB a column, and

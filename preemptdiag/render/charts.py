@@ -24,10 +24,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from preemptdiag.model.records import NO_TIME, Report, window_columns, window_micros
+from preemptdiag.model.records import (
+    NO_TIME,
+    Report,
+    from_micros,
+    window_columns,
+    window_micros,
+)
 from preemptdiag.render import common
 
 MAX_POINTS = 60
@@ -105,14 +111,7 @@ class _Grid:
     per: int  # windows a bucket holds
     buckets: list[list[int]]  # each bucket's windows, by their row in `columns`
     columns: dict[str, list[Any]]  # _READS' columns of the charted windows
-    starts: Sequence[datetime]  # (UTC, made when read: _Starts)
-
-
-def _utc_at(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+    starts: Sequence[int]  # their starts (records.micros)
 
 
 def _grid(report: Report) -> _Grid | None:
@@ -125,12 +124,12 @@ def _grid(report: Report) -> _Grid | None:
         return None
     replica = report.verdict.replica if report.verdict.replica in reps else reps[0]
     ws = common.of_replica(report.windows, replica)
-    dated = [i for i, us in enumerate(window_micros(ws, "start")) if us != NO_TIME]
+    micro: Sequence[int] = window_micros(ws, "start")
+    dated = [i for i, us in enumerate(micro) if us != NO_TIME]
     if not dated:
         return None
     if len(dated) != len(ws):
-        ws = [ws[i] for i in dated]
-    micro = window_micros(ws, "start")
+        ws, micro = [ws[i] for i in dated], [micro[i] for i in dated]
     columns = dict(zip(_READS, window_columns(ws, _READS), strict=True))
     slot = max(1, report.window_seconds)
     first = min(micro)
@@ -140,21 +139,7 @@ def _grid(report: Report) -> _Grid | None:
     buckets: list[list[int]] = [[] for _ in range(math.ceil(span / per))]
     for i, k in enumerate(at):
         buckets[k // per].append(i)
-    # (a datetime only for the bucket's own windows' starts it reads: _point)
-    return _Grid(replica, _utc_at(first), slot, per, buckets, columns, _Starts(micro))
-
-
-class _Starts(Sequence[datetime]):
-    """The charted windows' starts (UTC), each made when read."""
-
-    def __init__(self, micro: Sequence[int]) -> None:
-        self.micro = micro
-
-    def __len__(self) -> int:
-        return len(self.micro)
-
-    def __getitem__(self, i: Any) -> Any:
-        return _utc_at(self.micro[i])
+    return _Grid(replica, from_micros(first), slot, per, buckets, columns, micro)
 
 
 def _peak(values: Sequence[float | int | None]) -> float | None:
@@ -173,7 +158,7 @@ def _point(grid: _Grid, k: int, has: Callable[[dict[str, list[Any]], int], bool]
     rows = [i for i in grid.buckets[k] if has(c, i)]
     if not rows:
         return None
-    starts = [grid.starts[i] for i in rows]
+    starts = [from_micros(grid.starts[i]) for i in rows]  # (a bucket's own, when read)
     return Point(
         start=grid.t0 + timedelta(seconds=k * grid.per * grid.slot),
         bucket=k,
