@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from preemptdiag.model import records
 from preemptdiag.model.records import CALM_COLUMNS, Columns, Const, Packed, PackedNumbers, column_of
-from preemptdiag.scan import lane
+from preemptdiag.scan import lane, rust_regex
 from preemptdiag.scan.lane import plain_columns
 from preemptdiag.scan.signatures import load as load_signatures
 
@@ -212,10 +213,10 @@ def test_packed_is_a_sequence_of_its_texts(texts: list[str]) -> None:
 def test_packed_opens_the_last_read_once() -> None:
     a, b = Packed.of(["a", "b"]), Packed.of(["c"])
     assert a is not None and b is not None
-    assert a._text() is a._text()  # (one column read after another keeps it open)
-    first = a._text()
+    assert a._text()[0] is a._text()[0]  # (one column read after another keeps it open)
+    first = a._text()[0]
     assert b[0] == "c"
-    assert a._text() is not first and a._text() == first  # (opened again)
+    assert a._text()[0] is not first and a._text()[0] == first  # (opened again)
 
 
 @pytest.mark.parametrize("texts", [["\ud800"], ["ok", "lone \udc80 surrogate"]])
@@ -305,3 +306,110 @@ def test_a_frames_numbers_are_packed_when_its_calm_rows_are_made() -> None:
     few = tuple(c[: n - 1] for c in data)
     kept = lane.calm_rows("a.log", sig, False, Columns(CALM_COLUMNS, few)).frame
     assert kept is not None and isinstance(kept.column("sum_kv_usage"), array)
+
+
+def test_columns_packed_while_a_run_spills_keep_their_bytes_in_its_file() -> None:
+    texts = [f"(APIServer pid=1) INFO line {i} with some text" for i in range(400)]
+    numbers = array("q", [i // 7 for i in range(4000)])
+    with records.spilling():
+        packed, packed_numbers = Packed.of(texts), PackedNumbers.of(numbers)
+        small = PackedNumbers.of(array("q", [0] * 200))  # (under SPILL_MIN packed)
+        store = records._SPILL
+    assert packed is not None and isinstance(packed_numbers, PackedNumbers)
+    assert isinstance(small, PackedNumbers) and isinstance(small._blob, bytes)
+    assert records._SPILL is None  # (only while the run spills)
+    for column in (packed, packed_numbers):
+        assert isinstance(column._blob, records._Spilled) and column._blob.store is store
+    assert packed._ends is None  # (where each text ends is in the file too)
+    # Read back after the run: the columns hold the file open while they live.
+    assert list(packed) == texts and packed[7] == texts[7] and len(packed) == 400
+    assert list(packed_numbers) == list(numbers) and packed_numbers[3999] == numbers[3999]
+    # Pickled (a --jobs worker's result) as their bytes, loaded in memory outside a run.
+    for column in (packed, packed_numbers):
+        loaded = pickle.loads(pickle.dumps(column))
+        assert isinstance(loaded._blob, bytes) and loaded == column
+    # ...and into the run's file inside one (the parent loads a worker's result so).
+    with records.spilling():
+        loaded_n = pickle.loads(pickle.dumps(packed_numbers))
+    assert isinstance(loaded_n._blob, records._Spilled) and list(loaded_n) == list(numbers)
+    gone = weakref.ref(store)
+    del packed, packed_numbers, column, store
+    records._NUMBERS.clear()  # (the columns opened last are kept open: let them go)
+    records._OPEN = None
+    assert gone() is None  # (the file closes with the last column spilled to it)
+
+
+def test_a_run_that_cannot_spill_keeps_its_columns_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def full(*_: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records.os, "pwrite", full)
+    numbers = array("q", [i // 7 for i in range(4000)])
+    with records.spilling():
+        first, second = PackedNumbers.of(numbers), PackedNumbers.of(numbers)
+    for got in (first, second):
+        assert isinstance(got, PackedNumbers) and isinstance(got._blob, bytes)
+        assert list(got) == list(numbers)
+
+
+def test_a_jobs_worker_never_writes_to_its_parents_spill_file() -> None:
+    import signal
+
+    from preemptdiag.scan import parallel
+
+    before, forked = signal.getsignal(signal.SIGINT), rust_regex._FORKED_WITH_POLARS
+    try:
+        with records.spilling():
+            parallel._worker_init()  # (what a forked worker runs first)
+            assert records._SPILL is None
+            column = PackedNumbers.of(array("q", [i // 7 for i in range(4000)]))
+            assert isinstance(column, PackedNumbers) and isinstance(column._blob, bytes)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        rust_regex._FORKED_WITH_POLARS = forked
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.sampled_from(["a", "b", "", "a"]), max_size=6)),
+        max_size=8,
+    ),
+    st.integers(-20, 20),
+    st.integers(-20, 20),
+)
+def test_repeats_are_the_list_they_stand_for(
+    steps: list[tuple[bool, list[str]]], a: int, b: int
+) -> None:
+    got, want = records.Repeats(), list[str]()
+    for one, values in steps:
+        if one:
+            for v in values:
+                got.append(v)
+        else:
+            got.extend(values)
+        want += values
+    assert len(got) == len(want) and list(got) == want and got == want
+    assert [got[i] for i in range(-len(want), len(want))] == want + want
+    assert got[a:b] == want[a:b] and got[::2] == want[::2] and got[a:] == want[a:]
+    assert all(list(got.iterate(k)) == want[k:] for k in range(len(want) + 1))
+    assert all(got.count(v) == want.count(v) for v in ("a", "b", "", "z"))
+    # Held a run at a time: as many runs as the values change.
+    runs = list(got.runs())
+    assert len(runs) == sum(1 for i, v in enumerate(want) if not i or want[i - 1] != v)
+    assert [v for v, lo, hi in runs for _ in range(lo, hi)] == want
+    with pytest.raises(IndexError):
+        got[len(want)]
+
+
+def test_repeats_by_identity_keep_equal_times_of_other_zones_apart() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    utc = datetime(2026, 6, 3, 10, tzinfo=UTC)
+    paris = utc.astimezone(timezone(timedelta(hours=2)))
+    got = records.Repeats([utc, utc, paris], identity=True)
+    assert utc == paris and [v.tzinfo for v in got] == [UTC, UTC, paris.tzinfo]
+    assert len(list(got.runs())) == 2
+    assert len(list(records.Repeats([utc, paris]).runs())) == 1  # (by ==: one run)

@@ -52,6 +52,7 @@ from preemptdiag.model.records import (
     Verdict,
     Window,
     Windows,
+    spilling,
     window_runs,
 )
 from preemptdiag.render.redact import Redactor
@@ -439,8 +440,9 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     matcher = Matcher(sigs)
     # The scan makes no reference cycles (tests/test_scan.py checks every shipped and
     # fuzzed input), so the collector only walked its growing heap of hits again and
-    # again: ~1 s of a month of stats lines.
-    with cyclic_gc_paused():
+    # again: ~1 s of a month of stats lines. The packed columns of calm minutes go to
+    # a temporary file (records.spilling): held in memory, they grew with the span.
+    with cyclic_gc_paused(), spilling():
         results = scan_sources(
             logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup, calm_kv
         )

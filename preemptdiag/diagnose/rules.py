@@ -11,7 +11,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, groupby, pairwise
+from itertools import accumulate, groupby, islice, pairwise
+from operator import itemgetter
 
 from preemptdiag.diagnose.stories import (
     StatsSeen,
@@ -32,6 +33,7 @@ from preemptdiag.model.records import (
     Event,
     Kind,
     ReadWindow,
+    Repeats,
     Verdict,
     Window,
     window_columns,
@@ -163,44 +165,55 @@ def _rank(w: Window) -> int:
 
 # What the verdict reads of every window, a column each (records.window_columns): a
 # healthy month is one run of 43,200 windows, and a property read a window and use
-# was most of the verdict's time. Read a chunk of windows at a time, the counts in
-# arrays and the peaks a healthy verdict names folded as they are read (StatsSeen):
-# ~30 bytes a window held (a quarter's ~130,000 windows' lists were ~9 MiB).
+# was most of the verdict's time. Read a chunk of windows at a time; what it keeps
+# grows little with the span: replicas and classes a run at a time (records.Repeats),
+# the host kills where there are some, each replica's stats lines counted, the peaks
+# a healthy verdict names folded (StatsSeen), and each window's start (8 bytes: a
+# quarter's ~130,000 windows were ~9 MiB as lists, then ~5 MiB as arrays).
 @dataclass(frozen=True, slots=True)
 class _Read:
-    replica: list[str]
-    cls: list[Class]
-    n_stats: array[int]
-    host_ooms: array[int]
+    replica: Repeats
+    cls: Repeats
+    hosts: dict[int, int]  # (host_ooms of the windows that have some, by index)
+    stats: dict[str, tuple[int, int]]  # (by replica: windows with stats lines, lines)
     start: array[int]  # (records.window_micros)
     seen: StatsSeen  # (healthy_why's)
 
     @classmethod
     def of(cls, windows: Sequence[Window]) -> _Read:
-        replica: list[str] = []
-        classes: list[Class] = []
-        n_stats, host_ooms = array("q"), array("q")
+        replica, classes = Repeats(), Repeats()
+        hosts: dict[int, int] = {}
+        stats: dict[str, tuple[int, int]] = {}
         seen = StatsSeen()
         for at in range(0, len(windows), _READ_CHUNK):
             part = windows[at : at + _READ_CHUNK]
-            reps, kinds, ns, hosts, kv, waiting = window_columns(part, _READ)
-            replica += reps
-            classes += kinds
-            n_stats.extend(ns)
-            host_ooms.extend(hosts)
+            reps, kinds, ns, host_ooms, kv, waiting = window_columns(part, _READ)
+            replica.extend(reps)
+            classes.extend(kinds)
+            if any(host_ooms):
+                hosts.update((at + j, n) for j, n in enumerate(host_ooms) if n)
+            for r, group in groupby(zip(reps, ns, strict=True), key=itemgetter(0)):
+                lines = [n for _, n in group if n]
+                got = stats.get(r, (0, 0))
+                stats[r] = (got[0] + len(lines), got[1] + sum(lines))
             seen.add(at, ns, kv, waiting)
-        return cls(replica, classes, n_stats, host_ooms, window_micros(windows, "start"), seen)
+        return cls(replica, classes, hosts, stats, window_micros(windows, "start"), seen)
 
-    def ranks(self) -> list[int]:
-        """_rank of each window."""
-        index = {c: SEVERITY.index(c) for c in set(self.cls)}
-        out = list(map(index.__getitem__, self.cls))
-        if Class.HOST_PRESSURE in index:
-            benign = SEVERITY.index(Class.BENIGN_PREEMPTION)
-            for i, c in enumerate(self.cls):
-                if c is Class.HOST_PRESSURE and not self.host_ooms[i]:
-                    out[i] = benign
-        return out
+    def worst(self) -> Sequence[int]:
+        """The windows of the most severe rank (_rank), in order."""
+        benign = SEVERITY.index(Class.BENIGN_PREEMPTION)
+        ranked: list[tuple[int, int, int]] = []  # (rank, first, end) of runs of one rank
+        for c, lo, hi in self.cls.runs():
+            if c is not Class.HOST_PRESSURE:
+                ranked.append((SEVERITY.index(c), lo, hi))
+                continue
+            for i in range(lo, hi):  # (a swap warning alone ranks as benign: _rank)
+                ranked.append((SEVERITY.index(c) if self.hosts.get(i) else benign, i, i + 1))
+        best = min(r for r, _, _ in ranked)
+        runs = [(lo, hi) for r, lo, hi in ranked if r == best]
+        if len(runs) == 1:
+            return range(*runs[0])  # (a month of calm windows: no list of 43,200 ints)
+        return [i for lo, hi in runs for i in range(lo, hi)]
 
     def earliest(self, among: Sequence[int]) -> int | None:
         """The window of `among` with the earliest start (the first such), if one has
@@ -219,32 +232,28 @@ _READ_CHUNK = 4096
 
 def _episode(windows: Sequence[Window], seconds: int, read: _Read) -> Sequence[Window]:
     """The earliest run of windows (one replica) of the most severe class."""
-    ranks = read.ranks()
-    best = min(ranks)
-    # (a month of calm windows is all of one class: their indexes are a range, not a
-    # list of 43,200 ints)
-    worst: Sequence[int] = (
-        range(len(ranks))
-        if ranks.count(best) == len(ranks)
-        else [i for i, r in enumerate(ranks) if r == best]
-    )
+    worst = read.worst()
     # The first of them by (start, undated last; replica), as a stable sort puts it.
     k = read.earliest(worst)
     if k is None:
         _, k = min(zip([read.replica[i] for i in worst], worst, strict=True))
     else:
-        _, _, k = min(
-            (read.start[i], read.replica[i], i) for i in worst if read.start[i] == read.start[k]
-        )
+        first = read.start[k]
+        _, _, k = min((read.start[i], read.replica[i], i) for i in worst if read.start[i] == first)
     cls, replica = read.cls[k], read.replica[k]
     run = _Indexes(k)
     prev = read.start[k]
-    for i in range(k + 1, len(windows)):
-        if read.replica[i] != replica:
+    for i, r, c, start in zip(
+        range(k + 1, len(windows)),
+        read.replica.iterate(k + 1),
+        read.cls.iterate(k + 1),
+        islice(read.start, k + 1, None),
+        strict=True,
+    ):
+        if r != replica:
             continue  # (another replica's window between two of this one's)
-        start = read.start[i]
         if (
-            read.cls[i] is not cls
+            c is not cls
             or prev == NO_TIME
             or start == NO_TIME
             or start - prev > seconds * 1_000_000
@@ -404,7 +413,7 @@ def _suspect(w: Window, thr: Thresholds, vis: Visibility) -> bool:
 
 
 def _first_ts(windows: Sequence[Window], read: _Read, cls: Class) -> Window | None:
-    k = read.earliest([i for i, c in enumerate(read.cls) if c is cls])
+    k = read.earliest([i for c, lo, hi in read.cls.runs() if c is cls for i in range(lo, hi)])
     return None if k is None else windows[k]
 
 
@@ -415,15 +424,14 @@ CALM_HIGH_WINDOWS, CALM_HIGH_LINES, CALM_MEDIUM_WINDOWS = 5, 30, 2
 
 
 def _calm_cap(read: _Read, replica: str, conf: Confidence) -> tuple[Confidence, str]:
-    seen = [n for r, n in zip(read.replica, read.n_stats, strict=True) if r == replica and n]
-    lines = sum(seen)
-    if len(seen) >= CALM_HIGH_WINDOWS and lines >= CALM_HIGH_LINES:
+    seen, lines = read.stats.get(replica, (0, 0))
+    if seen >= CALM_HIGH_WINDOWS and lines >= CALM_HIGH_LINES:
         return conf, ""
-    cap = Confidence.MEDIUM if len(seen) >= CALM_MEDIUM_WINDOWS else Confidence.LOW
+    cap = Confidence.MEDIUM if seen >= CALM_MEDIUM_WINDOWS else Confidence.LOW
     order = (Confidence.LOW, Confidence.MEDIUM, Confidence.HIGH)
     if order.index(conf) <= order.index(cap):
         return conf, ""
-    return cap, f" (only {len(seen)} window(s) of stats: too short a look to be sure)"
+    return cap, f" (only {seen} window(s) of stats: too short a look to be sure)"
 
 
 def verdict(
@@ -451,7 +459,7 @@ def verdict(
     conf = max(set(window_columns(run, ("confidence",))[0]), key=conf_order.index)
     cause = consequence = None
     alloc = _first_ts(windows, read, Class.ALLOCATION_FAILURE)
-    hosts = read.earliest([i for i, n in enumerate(read.host_ooms) if n])
+    hosts = read.earliest(sorted(read.hosts))
     host = None if hosts is None else windows[hosts]
     cls = head.cls
     why = head.why

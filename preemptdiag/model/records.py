@@ -7,11 +7,13 @@ sources -> scan (Hit) -> events (Event) -> windows (Window) -> rules (Verdict)
 from __future__ import annotations
 
 import math
+import os
+import threading
 import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -261,6 +263,192 @@ class Const(Sequence[Any]):
         return repeat(self.value, self.length)
 
 
+class Repeats(Sequence[Any]):
+    """A column whose values come in runs, held a run at a time: its value and where
+    it ends. A frame's minutes share their replica and an anchor or two, and a
+    month's windows are a class or two: as lists they were 8 bytes a window each,
+    growing with the log's span. Appended a value, or a sequence, at a time; a value
+    joins the run before it when it is that run's value (`==`), or, made with
+    `identity`, that very object (times that are equal but not alike: another zone)."""
+
+    __slots__ = ("_ends", "_identity", "_values")
+
+    def __init__(self, values: Iterable[Any] = (), *, identity: bool = False) -> None:
+        self._values: list[Any] = []
+        self._ends: list[int] = []
+        self._identity = identity
+        self.extend(values)
+
+    def append(self, value: Any) -> None:
+        values = self._values
+        if values and (values[-1] is value or (not self._identity and values[-1] == value)):
+            self._ends[-1] += 1
+        else:
+            values.append(value)
+            self._ends.append(len(self) + 1)
+
+    def extend(self, values: Iterable[Any]) -> None:
+        if self._identity:
+            for v in values:
+                self.append(v)
+            return
+        for value, group in groupby(values):
+            n = sum(1 for _ in group)
+            if self._values and self._values[-1] == value:
+                self._ends[-1] += n
+            else:
+                self._values.append(value)
+                self._ends.append(len(self) + n)
+
+    def runs(self, start: int = 0) -> Iterator[tuple[Any, int, int]]:
+        """(value, first index, end) of each run from index `start` on."""
+        ends = self._ends
+        k = bisect_right(ends, start)
+        begin = max(start, ends[k - 1] if k else 0)
+        for value, end in zip(self._values[k:], ends[k:], strict=True):
+            yield value, begin, end
+            begin = end
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            a, b, step = i.indices(n)
+            if step != 1:
+                return list(self)[i]
+            out: list[Any] = []
+            for value, lo, hi in self.runs(a):
+                if lo >= b:
+                    break
+                out += [value] * (min(hi, b) - lo)
+            return out
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("Repeats index out of range")
+        return self._values[bisect_right(self._ends, i)]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterate()
+
+    def iterate(self, start: int = 0) -> Iterator[Any]:
+        """Its values from index `start` on."""
+        return chain.from_iterable(repeat(v, hi - lo) for v, lo, hi in self.runs(start))
+
+    def count(self, value: Any) -> int:
+        return sum(hi - lo for v, lo, hi in self.runs() if v == value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _Spill:
+    """A run's packed columns out of memory: their bytes in one unnamed temporary
+    file, each read back (os.pread) when its column is opened. A month's calm
+    minutes held ~3.5 MB of packed bytes in the report and a quarter's ~10, growing
+    with the log's span; written here, the report holds ~100 bytes a column, and
+    the pages are the kernel's to keep or drop (file pages are no process's RSS).
+
+    Made by `spilling()`, for one run, in the process that writes its report; a
+    column holds its store, so the file lives while any column spilled to it does and
+    closes when the last goes. Where the file cannot be made (no writable temporary
+    directory) or read at an offset (no os.pread), columns keep their bytes."""
+
+    __slots__ = ("__weakref__", "_broken", "_end", "_file", "_lock", "_tempfile")
+
+    def __init__(self) -> None:
+        # (imported here, in the thread that starts the run: a --jobs result is loaded,
+        # and its columns spilled, in the executor's thread, and an import there could
+        # wait on one the main thread holds when Ctrl-C stops it)
+        import tempfile
+
+        self._tempfile = tempfile
+        self._file: Any = None  # (made at the first put: small runs never need one)
+        self._end = 0
+        self._lock = threading.Lock()  # (a --jobs result is loaded in a thread)
+        self._broken = not hasattr(os, "pread")
+
+    def put(self, *parts: bytes) -> _Spilled | None:
+        """Where `parts` were written, end to end; None when they could not be."""
+        size = sum(map(len, parts))
+        with self._lock:
+            if self._broken:
+                return None
+            try:
+                if self._file is None:
+                    # (closed when the store goes: the last column spilled to it)
+                    self._file = self._tempfile.TemporaryFile()
+                at = self._end
+                os.pwrite(self._file.fileno(), b"".join(parts), at)
+            except OSError:
+                self._broken = True  # (a full disk: the rest stay in memory)
+                return None
+            self._end += size
+        return _Spilled(self, at, tuple(map(len, parts)))
+
+    def get(self, at: int, size: int) -> bytes:
+        got = os.pread(self._file.fileno(), size, at)
+        if len(got) != size:
+            raise OSError(f"spilled column cut short: {len(got)} of {size} bytes")
+        return got
+
+
+@dataclass(frozen=True, slots=True)
+class _Spilled:
+    """Bytes a _Spill holds: where they start, and the sizes of their parts."""
+
+    store: _Spill
+    at: int
+    sizes: tuple[int, ...]
+
+    def parts(self) -> list[bytes]:
+        data = self.store.get(self.at, sum(self.sizes))
+        return [data[a - n : a] for a, n in zip(accumulate(self.sizes), self.sizes, strict=True)]
+
+
+_SPILL: _Spill | None = None  # (the run's, while spilling())
+# Fewer bytes than this stay in memory: a column's handle (~100 bytes) would outweigh
+# them, and each would be a read.
+SPILL_MIN = 512
+
+
+@contextmanager
+def spilling() -> Iterator[None]:
+    """Columns packed meanwhile in this process (and loaded from a --jobs worker's
+    result) keep their bytes in a temporary file (_Spill), not in memory."""
+    global _SPILL
+    before, _SPILL = _SPILL, _Spill()
+    try:
+        yield
+    finally:
+        _SPILL = before
+
+
+def spill_off() -> None:
+    """No spilling in this process: a forked --jobs worker, whose columns are sent
+    to the parent (it spills them as it loads them) and must not write to the
+    parent's file."""
+    global _SPILL
+    _SPILL = None
+
+
+def _spilled(*parts: bytes) -> _Spilled | None:
+    store = _SPILL
+    if store is None or sum(map(len, parts)) < SPILL_MIN:
+        return None
+    return store.put(*parts)
+
+
 class Packed(Sequence[str]):
     """A column of texts kept compressed: the calm minutes' peak lines, which a
     report reads twice (the redactor, the JSON writer) and a window at a time seldom
@@ -270,13 +458,16 @@ class Packed(Sequence[str]):
     bytes a text). The last column read keeps its text open (_OPEN), so a pass over
     the columns in order, or a window's text after its neighbour's, opens each once."""
 
-    __slots__ = ("_blob", "_ends", "longest", "printable")
+    __slots__ = ("_blob", "_ends", "_n", "longest", "printable")
 
     def __init__(self, blob: bytes, ends: array[int], longest: int, printable: bool) -> None:
-        self._blob = blob
-        self._ends = ends
+        self._n = len(ends)
         self.longest = longest  # the longest text's length
         self.printable = printable  # every text is: is_printable (the sanitiser's test)
+        # (spilled while a run spills: its ends and its blob, None here)
+        spilled = _spilled(ends.tobytes(), blob)
+        self._blob: bytes | _Spilled = blob if spilled is None else spilled
+        self._ends: array[int] | None = ends if spilled is None else None
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> Packed | None:
@@ -297,26 +488,37 @@ class Packed(Sequence[str]):
         )
 
     def __reduce__(self) -> tuple[type, tuple[bytes, array[int], int, bool]]:
-        return Packed, (self._blob, self._ends, self.longest, self.printable)
+        return Packed, (*self._parts(), self.longest, self.printable)
+
+    def _parts(self) -> tuple[bytes, array[int]]:
+        """Its blob and ends, read back when spilled."""
+        if not isinstance(self._blob, _Spilled):
+            assert self._ends is not None
+            return self._blob, self._ends
+        raw, blob = self._blob.parts()
+        ends = array("I")
+        ends.frombytes(raw)
+        return blob, ends
 
     def __len__(self) -> int:
-        return len(self._ends)
+        return self._n
 
-    def _text(self) -> str:
-        """The texts end to end."""
+    def _text(self) -> tuple[str, array[int]]:
+        """The texts end to end, and where each ends."""
         global _OPEN
         if _OPEN is not None and _OPEN[0] is self:
-            return _OPEN[1]
-        out = _codec()[1](self._blob).decode()
-        _OPEN = (self, out)
-        return out
+            return _OPEN[1], _OPEN[2]
+        blob, ends = self._parts()
+        out = _codec()[1](blob).decode()
+        _OPEN = (self, out, ends)
+        return out, ends
 
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload
     def __getitem__(self, i: slice) -> list[str]: ...
     def __getitem__(self, i: int | slice) -> str | list[str]:
-        text, ends = self._text(), self._ends
+        text, ends = self._text()
         if isinstance(i, slice):
             a, b, step = i.indices(len(ends))
             if step != 1:
@@ -353,7 +555,7 @@ class PackedNumbers(Sequence[Any]):
     __slots__ = ("_blob", "_n", "typecode")
 
     def __init__(self, blob: bytes, typecode: str, n: int) -> None:
-        self._blob = blob
+        self._blob: bytes | _Spilled = _spilled(blob) or blob  # (spilled while a run spills)
         self.typecode = typecode
         self._n = n
 
@@ -367,7 +569,11 @@ class PackedNumbers(Sequence[Any]):
         return cls(blob, column.typecode, len(column))
 
     def __reduce__(self) -> tuple[type, tuple[bytes, str, int]]:
-        return PackedNumbers, (self._blob, self.typecode, self._n)
+        return PackedNumbers, (self._bytes(), self.typecode, self._n)
+
+    def _bytes(self) -> bytes:
+        blob = self._blob
+        return blob.parts()[0] if isinstance(blob, _Spilled) else blob
 
     def __len__(self) -> int:
         return self._n
@@ -379,7 +585,7 @@ class PackedNumbers(Sequence[Any]):
         if got is not None and got[0] is self:
             return got[1]
         out = array(self.typecode)
-        out.frombytes(_codec()[1](self._blob))
+        out.frombytes(_codec()[1](self._bytes()))
         if len(_NUMBERS) >= _NUMBERS_OPEN:
             del _NUMBERS[next(iter(_NUMBERS))]  # (the one opened first)
         _NUMBERS[key] = (self, out)
@@ -427,7 +633,7 @@ def _codec() -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
     return partial(zstd.compress, level=1), zstd.decompress
 
 
-_OPEN: tuple[Packed, str] | None = None  # (Packed._text: the last one read)
+_OPEN: tuple[Packed, str, array[int]] | None = None  # (Packed._text: the last one read)
 
 
 def column_of(values: Sequence[Any], typecode: str | None) -> Sequence[Any]:

@@ -56,12 +56,14 @@ from preemptdiag.model.records import (
     PackedNumbers,
     ReadRun,
     ReadWindow,
+    Repeats,
     RollupStats,
     Window,
     Windows,
     WrapperStamp,
     is_printable,
     micros,
+    narrow,
 )
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
@@ -107,8 +109,8 @@ class Placed:
     frame's column: it goes once read)."""
 
     rows: CalmRows
-    replicas: list[str]
-    anchors: list[datetime]
+    replicas: Repeats  # (a frame's minutes are one replica's: one run)
+    anchors: Repeats  # (by identity: a frame's minutes share an anchor or two)
     wstarts: array[int]  # (epoch seconds: 8 bytes a minute, no int object)
     n: Sequence[int]
 
@@ -251,8 +253,8 @@ def place(
     for r in calm:
         kind = "w" if r.sglang else "e"
         assert r.frame is not None
-        replicas: list[str] = []
-        dated: list[datetime] = []  # (Placed.anchors)
+        replicas = Repeats()
+        dated = Repeats(identity=True)  # (Placed.anchors)
         starts: array[int] = array("q")
         cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
         # (k: the anchors before the row's line, bisect_left's answer, found by stepping
@@ -436,7 +438,7 @@ def windows(
     # kept until it is made.
     runs: list[CalmRun] = []
     kept: dict[tuple[str, int], list[_Kept]] = {}
-    judgements: dict[tuple[Confidence, str], int] = {}
+    judgements = _Judgements()
     ordered = True  # (made in build_windows' order: by replica, then start)
     last: tuple[str, int] = ("", -1)
     for f, got_ in enumerate(frames):
@@ -455,7 +457,7 @@ def windows(
             alone = _Alone(range(got_.minutes), reps, wstarts, got_.anchors)
             runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
             continue
-        alone = _Alone([], [], array("q"), [])
+        alone = _Alone([], Repeats(), array("q"), Repeats(identity=True))
         for i, (replica, anchor, wstart) in enumerate(
             zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
         ):
@@ -607,9 +609,9 @@ class _Alone:
     replica, start (epoch seconds) and anchor (Placed's: CalmRun.made)."""
 
     rows: list[int] | range
-    replicas: list[str]
+    replicas: Repeats
     starts: array[int]
-    anchors: list[datetime]
+    anchors: Repeats
 
     def add(self, i: int, replica: str, start: int, anchor: datetime) -> None:
         assert isinstance(self.rows, list)
@@ -914,13 +916,34 @@ def _own(ws: Sequence[CalmWindow], name: str) -> list[Any]:
     return out
 
 
+class _Judgements:
+    """The (confidence, why) pairs calm windows were judged, each once, by index: a
+    month's windows say a few hundred. One list for every run of a call, which a
+    run's marks index (each run copied those seen so far: a quarter's ~1 MB)."""
+
+    __slots__ = ("_at", "listed")
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[Confidence, str], int] = {}
+        self.listed: list[tuple[Confidence, str]] = []
+
+    def index(self, judgement: tuple[Confidence, str]) -> int:
+        k = self._at.get(judgement)
+        if k is None:
+            k = self._at[judgement] = len(self.listed)
+            self.listed.append(judgement)
+        return k
+
+
 class CalmRun(ReadRun):
     """A frame's calm windows, a minute each (the usual), one after another in
     build_windows' order: not made until read (records.ReadRun). It holds what they
     do not share, a column each: their rows in the frame, replicas, starts (epoch
-    seconds), anchors and judgements (an index into the ones made: `judgements`,
-    shared by a call's runs): ~20 bytes a window where a CalmWindow with its start
-    and peak time was ~220 (a month's: ~9 MiB). A window read from it is made as
+    seconds, packed), anchors (a run of windows shares one) and judgements (an
+    index into the ones made, packed: _Judgements, shared by a call's runs): a byte
+    or two a window where a CalmWindow with its start and peak time was ~220 (a
+    month's: ~9 MiB), and its columns of numbers are a spilled frame's
+    (records.spilling). A window read from it is made as
     CalmWindow.made made it, equal each time it is read. A slice is a CalmRun of the
     same columns."""
 
@@ -943,12 +966,14 @@ class CalmRun(ReadRun):
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
     _m: _Texts
-    _clock: tuple[Sequence[Any], Sequence[Any], Sequence[Any]]  # hour, minute, peak second
+    # hour, minute, peak second: the frame's columns (spilled, opened when read: an
+    # opened array held a run's life was 3 bytes a window)
+    _clock: tuple[Sequence[Any], Sequence[Any], Sequence[Any]]
     _where: Sequence[int]  # each window's row in the frame (a range: the usual)
-    _replicas: str | list[str]  # (one replica: the usual)
-    _starts: array[int]
-    _anchors: list[datetime]
-    _marks: array[int]
+    _replicas: str | Repeats  # (one replica: the usual)
+    _starts: Sequence[int]  # (narrowed, packed: records.PackedNumbers)
+    _anchors: Repeats
+    _marks: Sequence[int]  # (narrowed, packed)
     _judgements: list[tuple[Confidence, str]]
     _seconds: int
     _lo: int
@@ -962,7 +987,7 @@ class CalmRun(ReadRun):
         alone: _Alone,
         seconds: int,
         judged: Judged,
-        judgements: dict[tuple[Confidence, str], int],
+        judgements: _Judgements,
     ) -> CalmRun:
         """The windows of rows `alone.rows` of `frame` (the frame of `rows`, which are
         given without it), each of its replica from its start for `seconds`, its peak
@@ -981,14 +1006,14 @@ class CalmRun(ReadRun):
         step = timedelta(seconds=seconds)
         marks: array[int] = array("I")
         mark = marks.append
-        seen = judgements.setdefault
+        seen = judgements.index
         # (a window's end is the next one's start: one datetime a window)
         last_at, last_end = -1, _EPOCH
         for i, replica, wstart in zip(alone.rows, alone.replicas, alone.starts, strict=True):
             start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
             end = start + step
             last_at, last_end = wstart + seconds, end
-            mark(seen(judged(replica, start, end, n[i], kv[i]), len(judgements)))
+            mark(seen(judged(replica, start, end, n[i], kv[i])))
         first, where = alone.rows[0], alone.rows
         contiguous = where[-1] - first == len(where) - 1
         replicas = alone.replicas
@@ -998,13 +1023,13 @@ class CalmRun(ReadRun):
             ("_rows", rows),
             ("_c", columns),
             ("_m", _texts_of(rows, columns)),
-            ("_clock", tuple(_listed(data[j]) for j in (_HOUR, _MINUTE, _PEAK_SECOND))),
+            ("_clock", tuple(data[j] for j in (_HOUR, _MINUTE, _PEAK_SECOND))),
             ("_where", range(first, first + len(where)) if contiguous else where),
             ("_replicas", replicas[0] if one else replicas),
-            ("_starts", alone.starts),
+            ("_starts", PackedNumbers.of(narrow(alone.starts))),
             ("_anchors", alone.anchors),
-            ("_marks", marks),
-            ("_judgements", list(judgements)),  # (those seen so far: its marks' )
+            ("_marks", PackedNumbers.of(narrow(marks))),
+            ("_judgements", judgements.listed),  # (shared: its marks index those so far)
             ("_seconds", seconds),
             ("_lo", 0),
             ("_hi", len(where)),
@@ -1089,7 +1114,7 @@ class CalmRun(ReadRun):
         """micros() of each window's peak line's time (_ts), from its anchor's midnight
         and its clock, as calm.place dates a minute; None where an anchor is not in
         a fixed offset (_ts is read then)."""
-        hour, minute, second = self._clock
+        hour, minute, second = map(_listed, self._clock)
         days: dict[int, int | None] = {}
         out: array[int] = array("q")
         lo, hi = self._lo, self._hi
@@ -1118,7 +1143,7 @@ class CalmRun(ReadRun):
             at = datetime.fromtimestamp
             return [at(s + by, tz=UTC) for s in self._starts[lo:hi]]
         if name == "_ts":
-            hour, minute, second = self._clock
+            hour, minute, second = map(_listed, self._clock)
             where = self._where
             return [
                 _at(a, hour[i], minute[i], second[i])
