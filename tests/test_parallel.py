@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import pickle
 import shutil
@@ -18,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_equivalence import _bench_generator
 
 import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.parallel as parallel
+import preemptdiag.scan.passes as passes
 from preemptdiag.commands.analyze import scan_sources
 from preemptdiag.ingest.sources import Source, open_source
 from preemptdiag.model.errors import DiagError
@@ -77,6 +81,23 @@ def test_the_parent_imports_polars_while_it_waits_only_for_many_hits_of_dense_fi
     if name == "dense":
         assert 100 < len(done[0].hits) < 100_000  # (so the bar decides)
     assert preloaded == wanted
+
+
+def test_a_big_file_is_cut_into_ranges_of_at_most_max_range_bytes(
+    logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker holds a range's results until it ends: ranges of bounded size keep its
+    # memory flat however big the file (a quarter's log was ranges of 23 MiB).
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 100_000)
+    src = open_source(str(logs["dense"]))
+    size = os.path.getsize(logs["dense"])
+    assert len(parallel.plan([src], 2, FINDER)) == 2 * parallel.RANGES_PER_JOB
+    monkeypatch.setattr(parallel, "MAX_RANGE_BYTES", size // 20)
+    tasks = parallel.plan([src], 2, FINDER)
+    assert len(tasks) >= 20  # (size // 20 at most each: 21 asked, cut at record starts)
+    cuts = sorted(r for _, r in tasks if r is not None)
+    assert cuts[0][0] == 0 and cuts[-1][1] == size
+    assert all(b - a <= size // 20 + 4096 for a, b in cuts)  # (cut at line starts)
 
 
 def test_dense_files_split_from_a_few_mib(
@@ -455,6 +476,43 @@ def test_a_range_cut_below_a_line_longer_than_the_priming_look_back(tmp_path: Pa
     assert merged.hits == whole.hits and len(whole.hits) == 39
 
 
+def _reset_above_whole(data: bytes, start: int, limit: int) -> tuple[int, int] | None:
+    # What _prime read before: the whole look-back at once, searched nearest first.
+    lo = max(0, start - limit)
+    lines = data[lo:start].split(b"\n")[:-1]
+    at = len(lines)
+    while at > (1 if lo > 0 else 0):
+        at -= 1
+        if passes._resets(lines[at].rstrip(b"\r")):
+            break
+    if at >= len(lines):
+        return None
+    return start - sum(len(ln) + 1 for ln in lines[at:]), len(lines) - at
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from(["", "  more", "x" * 40, "ERROR 05-01 10:00:00 [a.py:1] y", "zz"]),
+        max_size=60,
+    ),
+    cut=st.integers(min_value=0, max_value=60),
+    limit=st.sampled_from([16, 100, 512, 4096]),
+)
+def test_the_growing_look_back_above_a_cut_finds_what_the_whole_one_finds(
+    lines: list[str], cut: int, limit: int
+) -> None:
+    # _prime reads a little above a cut, then twice as much, up to _PRIME_MAX_BYTES,
+    # where it read all of it at once (4 MiB, most of a worker's peak memory).
+    data = "".join(f"{ln}\n" for ln in lines).encode()
+    start = len("".join(f"{ln}\n" for ln in lines[: min(cut, len(lines))]).encode())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(passes, "_PRIME_MAX_BYTES", limit)
+        mp.setattr(passes, "_PROBE_BYTES", 8)
+        got = passes._reset_above(io.BytesIO(data), start)
+    assert got == _reset_above_whole(data, start, limit)
+
+
 def test_jobs_workers_forked_after_polars_started_never_touch_it(tmp_path: Path) -> None:
     # One process, two analyses (what check does over several files, and the fuzzer):
     # the second forks its --jobs workers after the first started polars' thread pool.
@@ -507,3 +565,43 @@ def test_workers_scan_with_the_cyclic_collector_paused(
     assert result.recognised["worker"] == ranges  # every range, in a worker
     assert result.recognised["gc on in worker"] == 0
     assert gc.isenabled()  # and the caller's collector is as it was
+
+
+# The pool a forked worker writes half a result into (set before the fork).
+_HALF_SENT: dict[str, Any] = {}
+
+
+def _send_half_a_result() -> None:
+    # (in the worker: a result's length, then a few of its bytes, as a worker stopped
+    # in the middle of sending a big one leaves the pipe)
+    import struct
+
+    writer = _HALF_SENT["pool"]._result_queue._writer
+    os.write(writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+    Path(_HALF_SENT["flag"]).touch()
+    time.sleep(60)
+
+
+def test_stopping_the_workers_ends_a_result_read_cut_in_the_middle(tmp_path: Path) -> None:
+    # Ctrl-C while a worker was sending its result left the pool's thread reading the
+    # rest for ever; `sys.exit(main())` then hung at exit joining it (the suite, once).
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    flag = tmp_path / "half-sent"
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    _HALF_SENT.update(pool=pool, flag=str(flag))
+    try:
+        pool.submit(_send_half_a_result)
+        deadline = time.monotonic() + 30
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert flag.exists()
+        time.sleep(0.3)  # (the pool's thread is reading the rest by now)
+        manager = pool._executor_manager_thread  # type: ignore[attr-defined]
+        assert manager is not None and manager.is_alive()
+        t0 = time.monotonic()
+        parallel._stop_now(pool)
+        assert not manager.is_alive() and time.monotonic() - t0 < 4
+    finally:
+        _HALF_SENT.clear()

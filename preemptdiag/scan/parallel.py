@@ -28,7 +28,7 @@ from preemptdiag.ingest.sources import Source
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.evolve import evolve
 from preemptdiag.model.gcpause import cyclic_gc_paused
-from preemptdiag.model.records import CalmRows, Hit
+from preemptdiag.model.records import CalmRows, Hit, spill_off
 from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
@@ -47,6 +47,10 @@ DENSE_SHARE = 0.25  # of the head's lines holding a signature literal
 COMPRESSED_WEIGHT = 8
 _POLL_S = 0.1
 RANGES_PER_JOB = 4
+# ...and no range over this: a worker holds a range's results until it ends (and
+# reads it a block at a time), so its memory stays flat in the file's size; a
+# worker that finishes early takes the next, so the last ones end closer together.
+MAX_RANGE_BYTES = 8 << 20
 
 # (index of the source, byte range of it; None: the whole input)
 Task = tuple[int, tuple[int, int] | None]
@@ -96,7 +100,8 @@ def plan(sources: Sequence[Source], jobs: int, finder: LineFinder | None = None)
             assert src.path is not None
             # More ranges than workers: a worker that finishes early takes the next
             # one, so a dense stretch (slower to match) does not hold up the rest.
-            ranges = split_ranges(src.path, jobs * RANGES_PER_JOB)
+            parts = max(jobs * RANGES_PER_JOB, -(-(src.size or 0) // MAX_RANGE_BYTES))
+            ranges = split_ranges(src.path, parts)
             weighted.extend((cost // len(ranges), i, r) for r in ranges)
         else:
             weighted.append((cost, i, None))
@@ -135,6 +140,7 @@ def _worker_init() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     mark_forked()
+    spill_off()  # (the parent's file: it spills what it loads of the results)
 
 
 def _wait_all(
@@ -174,14 +180,23 @@ def _stop_now(pool: Any) -> None:
     first: shutdown forgets them. The manager thread is waited for too: left running,
     it closed its wake-up pipe while the interpreter's exit hook was writing to it
     (Python 3.11's race), and `Exception ignored ... Bad file descriptor` followed
-    the one line (CI, once, under load)."""
+    the one line (CI, once, under load).
+
+    A worker stopped in the middle of sending its result left the manager thread
+    reading the rest for ever: the parent's own write end of the result pipe kept it
+    open, and `sys.exit(main())` then hung at exit joining that thread (the suite,
+    once, a dense log). With that end closed too, once the workers are gone, the read
+    ends, the pool counts itself broken and the thread ends."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
     for proc in procs:
         proc.join(timeout=5)
+    if writer is not None:
+        writer.close()
     if manager is not None:
         manager.join(timeout=5)
 

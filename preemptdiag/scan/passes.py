@@ -382,25 +382,45 @@ def _prime(src: Source, matcher: Matcher, start: int, snap: Snapshot | None) -> 
     lines are 1, 2, ... A cut at such a line needs nothing. It reads the run's one
     open of the file (`snap`), as the range does."""
     with open_binary(src, snap) as f:
-        lo = max(0, start - _PRIME_MAX_BYTES)
-        f.seek(lo)
-        block = f.read(start - lo)
         f.seek(start)
         first = f.readline(_PROBE_BYTES).rstrip(b"\r\n")
-    if _resets(first):
+        if _resets(first):
+            return
+        found = _reset_above(f, start)
+    if found is None:
         return
-    lines = block.split(b"\n")[:-1]  # the range starts just after a newline
-    at = len(lines)
-    while at > (1 if lo > 0 else 0):  # a cut first line is not a whole line
-        at -= 1
-        if _resets(lines[at].rstrip(b"\r")):
-            break
-    if at >= len(lines):
-        # No whole line within reach above the cut (one line longer than the look-back,
-        # a NUL run): nothing to prime, and a scan of nothing would prime itself again.
-        return
-    begin = start - sum(len(ln) + 1 for ln in lines[at:])
-    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - (len(lines) - at), snap=snap)
+    begin, above = found
+    scan_fast(src, matcher, byte_range=(begin, start), first_line=1 - above, snap=snap)
+
+
+def _reset_above(f: BinaryIO, start: int) -> tuple[int, int] | None:
+    """Where the lines from the nearest line above `start` that resets begin, and how
+    many lines that is; the topmost whole line within _PRIME_MAX_BYTES when none
+    does; None when no whole line is within reach (one line longer than the look-back,
+    a NUL run: nothing to prime, and a scan of nothing would prime itself again).
+
+    The look-back grows from _PROBE_BYTES, doubling: the line above a cut nearly
+    always resets, and reading 4 MiB for it was most of a --jobs worker's peak
+    memory (the bytes read and their copy). A line whole in a smaller look-back is
+    whole in a larger one, and each is searched nearest first, so the first reset
+    found is the one the whole look-back finds."""
+    size = _PROBE_BYTES
+    while True:
+        lo = max(0, start - min(size, _PRIME_MAX_BYTES))
+        f.seek(lo)
+        lines = f.read(start - lo).split(b"\n")[:-1]  # the range starts after a newline
+        at, bottom = len(lines), (1 if lo > 0 else 0)  # a cut first line is not whole
+        while at > bottom:
+            at -= 1
+            if _resets(lines[at].rstrip(b"\r")):
+                break
+        else:
+            if lo > 0 and size < _PRIME_MAX_BYTES:
+                size *= 2
+                continue
+            if at >= len(lines):
+                return None
+        return start - sum(len(ln) + 1 for ln in lines[at:]), len(lines) - at
 
 
 def _resets(line: bytes) -> bool:
