@@ -282,7 +282,12 @@ def analyze(
     for f, dest in plan:
         use_color = dest is None and _want_color(color, sys.stdout)
         chunks = render_chunks(
-            outcome.report, Format(f), color=use_color, width=_width(), timeline=mode
+            outcome.report,
+            Format(f),
+            color=use_color,
+            width=_width(),
+            timeline=mode,
+            processes=opts.jobs,
         )
         _emit(chunks, dest)
     _KEPT[:] = [outcome]  # freed by the process's exit, not object by object (run)

@@ -84,23 +84,26 @@ def render_chunks(
     color: bool = False,
     width: int = 100,
     timeline: TimelineMode | str | None = None,
+    processes: int = 1,
 ) -> Iterator[str]:
     """render()'s text in pieces to write as they come: JSON a batch of windows at a
-    time (a month of them is 60 MB of text), the other formats whole. The format and
-    timeline are checked here, before any piece (or an output file) is asked for."""
+    time (a month of them is 60 MB of text; with `processes` above 1, a long
+    timeline's second half made in a forked child meanwhile), the other formats
+    whole. The format and timeline are checked here, before any piece (or an output
+    file) is asked for."""
     fmt = Format(fmt)  # also accepts the plain string value
     mode = DEFAULT_TIMELINE[fmt] if timeline is None else timeline_mode(timeline)
-    return _chunks(report, fmt, color, width, mode)
+    return _chunks(report, fmt, color, width, mode, processes)
 
 
 def _chunks(
-    report: Report, fmt: Format, color: bool, width: int, mode: TimelineMode
+    report: Report, fmt: Format, color: bool, width: int, mode: TimelineMode, processes: int
 ) -> Iterator[str]:
     with cyclic_gc_paused():  # a month of windows: a million strings (gcpause.py)
         if fmt is Format.JSON:
             from preemptdiag.render.json_format import json_chunks
 
-            yield from json_chunks(report, timeline=mode)
+            yield from json_chunks(report, timeline=mode, processes=processes)
         elif fmt is Format.TERMINAL:
             terminal: Callable[..., str] = __getattr__("render_terminal")
             yield terminal(report, color=color, width=width, timeline=mode)

@@ -32,6 +32,7 @@ from preemptdiag.model.records import (
     window_runs,
 )
 from preemptdiag.render import common
+from preemptdiag.render.apart import FORK_MIN_WINDOWS, Apart, can_fork
 from preemptdiag.render.episodes import Episode, TimelineMode, episodes
 
 SCHEMA = "preemptdiag/report"
@@ -274,11 +275,14 @@ def render_json(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -
     return "".join(json_chunks(report, timeline=timeline))
 
 
-def json_chunks(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -> Iterator[str]:
+def json_chunks(
+    report: Report, *, timeline: TimelineMode = TimelineMode.FULL, processes: int = 1
+) -> Iterator[str]:
     """render_json's text in pieces, a window at a time: written as they come, a
     month of one-minute windows (60 MB of JSON) is never held whole, nor twice (its
     pieces and their join). The head is encoded whole first; the windows' numbers
-    passed `finite` when they were made."""
+    passed `finite` when they were made. With `processes` above 1, a long
+    timeline's second half is made by a forked child meanwhile (render/apart.py)."""
     timeline = TimelineMode(timeline)
     doc = {**report_dict(report, with_windows=False, timeline=timeline), "windows": _WINDOWS_SLOT}
     # allow_nan=False: a NaN that slipped past `finite` must fail loudly, not emit bad JSON.
@@ -288,11 +292,35 @@ def json_chunks(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -
         yield f"{head}[]{tail}\n"
         return
     yield head + "[\n    "
-    for at in range(0, len(shown), _BATCH):
-        yield (",\n    " if at else "") + ",\n    ".join(
-            windows_json(shown[at : at + _BATCH], "    ")
-        )
+
+    def part(lo: int, hi: int) -> Iterator[str]:
+        for at in range(lo, hi, _BATCH):
+            yield (",\n    " if at else "") + ",\n    ".join(
+                windows_json(shown[at : min(at + _BATCH, hi)], "    ")
+            )
+
+    # (at a batch's start: both halves are the batches one process writes)
+    mid = len(shown) // 2 // _BATCH * _BATCH
+    other = _apart(functools.partial(part, mid, len(shown)), len(shown), processes)
+    if other is None:
+        yield from part(0, len(shown))
+    else:
+        try:
+            yield from part(0, mid)
+            yield from other.pieces()
+        finally:
+            other.close()
     yield "\n  ]" + tail + "\n"
+
+
+def _apart(render: Callable[[], Iterator[str]], n: int, processes: int) -> Apart | None:
+    """A forked child making `render`'s text, where that pays and is safe."""
+    if n < FORK_MIN_WINDOWS or not can_fork(processes):
+        return None
+    try:
+        return Apart(render)
+    except OSError:  # (no temporary file, no fork: this process writes it all)
+        return None
 
 
 _BATCH = 512  # windows written as one piece
