@@ -939,13 +939,12 @@ class CalmRun(ReadRun):
     """A frame's calm windows, a minute each (the usual), one after another in
     build_windows' order: not made until read (records.ReadRun). It holds what they
     do not share, a column each: their rows in the frame, replicas, starts (epoch
-    seconds, packed), anchors (a run of windows shares one) and judgements (an
-    index into the ones made, packed: _Judgements, shared by a call's runs): a byte
-    or two a window where a CalmWindow with its start and peak time was ~220 (a
-    month's: ~9 MiB), and its columns of numbers are a spilled frame's
-    (records.spilling). A window read from it is made as
-    CalmWindow.made made it, equal each time it is read. A slice is a CalmRun of the
-    same columns."""
+    seconds, packed), anchors (a run of windows shares one) and judgements (an index
+    into the ones made, packed: _Judgements, shared by a call's runs): a byte or two a
+    window where a CalmWindow with its start and peak time was ~220 (a month's: ~9
+    MiB), and its columns of numbers are a spilled frame's (records.spilling). A
+    window read from it is made as CalmWindow.made made it, equal each time it is
+    read. A slice is a CalmRun of the same columns."""
 
     kind = CalmWindow
     __slots__ = (
