@@ -211,8 +211,8 @@ def _footer(console: Console, report: Report) -> None:
     console.print(Text("Scan", style="bold underline"))
     rows: list[tuple[str, str | Text]] = [
         ("files", ", ".join(s.files) or common.EMPTY),
-        ("lines read", common.fmt_int(s.lines_read)),
-        ("bytes", common.fmt_bytes(s.bytes_read)),
+        # (one row: a month's report fits a page of an 80-column terminal)
+        ("read", f"{common.fmt_int(s.lines_read)} lines, {common.fmt_bytes(s.bytes_read)}"),
         ("recognised", common.fmt_mapping(s.recognised)),
         ("skipped", common.fmt_mapping(s.skipped)),
         ("engine", common.engine_label(report)),

@@ -367,10 +367,13 @@ def test_a_day_of_real_stats_lines_gives_a_one_page_terminal_report(
     monkeypatch.chdir(tmp_path)  # the evidence column holds the path as given
     log = Path("day.log")
     log.write_text("\n".join(lines) + "\n")
-    monkeypatch.setenv("COLUMNS", "100")
-    assert main(["analyze", "--year", "2026", str(log)]) == 0
-    out = capsys.readouterr().out
-    assert len(out.splitlines()) < 60, out
+    for columns in ("80", "100"):  # (a day's report is a month's, line for line)
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["analyze", "--year", "2026", str(log)]) == 0
+        out = capsys.readouterr().out
+        assert len(out.splitlines()) < 60, out
+        assert max(map(len, out.splitlines())) <= int(columns)
+        assert re.search(r"^  read +8,64\d lines, [\d.]+ MiB \([\d,]+ bytes\)$", out, re.M), out
     assert re.search(
         r"^00:00:00 → 03-03 00:00:00\s+healthy ◀\s+1,440\s+0\s+77\.7\s+3\s+\w+$", out, re.M
     ), out
