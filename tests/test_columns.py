@@ -374,23 +374,31 @@ def test_a_jobs_worker_never_writes_to_its_parents_spill_file() -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.booleans(), st.lists(st.sampled_from(["a", "b", "", "a"]), max_size=6)),
+        st.tuples(
+            st.sampled_from(["append", "extend", "add"]),
+            st.lists(st.sampled_from(["a", "b", "", "a"]), max_size=6),
+        ),
         max_size=8,
     ),
     st.integers(-20, 20),
     st.integers(-20, 20),
 )
 def test_repeats_are_the_list_they_stand_for(
-    steps: list[tuple[bool, list[str]]], a: int, b: int
+    steps: list[tuple[str, list[str]]], a: int, b: int
 ) -> None:
     got, want = records.Repeats(), list[str]()
-    for one, values in steps:
-        if one:
+    for how, values in steps:
+        if how == "append":
             for v in values:
                 got.append(v)
-        else:
+        elif how == "extend":
             got.extend(values)
+        else:  # (each value as many times as the values drawn: 0 to 6)
+            for v in values:
+                got.add(v, len(values))
+            values = [v for v in values for _ in values]
         want += values
+    got.add("z", 0)  # (no times: nothing added, no empty run)
     assert len(got) == len(want) and list(got) == want and got == want
     assert [got[i] for i in range(-len(want), len(want))] == want + want
     assert got[a:b] == want[a:b] and got[::2] == want[::2] and got[a:] == want[a:]

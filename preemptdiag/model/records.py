@@ -280,12 +280,16 @@ class Repeats(Sequence[Any]):
         self.extend(values)
 
     def append(self, value: Any) -> None:
+        self.add(value, 1)
+
+    def add(self, value: Any, n: int) -> None:
+        """`value`, `n` times."""
         values = self._values
         if values and (values[-1] is value or (not self._identity and values[-1] == value)):
-            self._ends[-1] += 1
-        else:
+            self._ends[-1] += n
+        elif n:
             values.append(value)
-            self._ends.append(len(self) + 1)
+            self._ends.append(len(self) + n)
 
     def extend(self, values: Iterable[Any]) -> None:
         if self._identity:

@@ -334,6 +334,7 @@ def test_a_calm_run_reads_as_the_windows_it_stands_for(
             assert list(run.micros(name)) == [micros(getattr(w, name)) for w in made]
         assert list(part.ts_micros() or ()) == [micros(w._ts) for w in made[2:-1]]
         assert sum(b - a for _, _, a, b in part.spans()) == len(part)
+        assert [part.order_key(i) for i in range(len(part))] == list(map(calm._order, part))
         # (a copy is the plain windows: records.ReadWindow's __reduce__)
         assert pickle.loads(pickle.dumps(run)) == [_plain(w) for w in made]
         assert [type(w) for w in pickle.loads(pickle.dumps(run))] == [Window] * len(made)
