@@ -50,6 +50,9 @@ def test_it_reads_as_the_list_of_its_parts_windows(sizes: list[int], data: st.Da
     assert len(ws) == len(flat) and list(ws) == flat
     for i in range(-len(flat), len(flat)):
         assert ws[i] is flat[i]
+    for k in range(len(flat)):  # (the part that holds window k, and where)
+        part, j = ws.part_at(k)
+        assert part in ws.parts and part[j] is flat[k]
     for i in (len(flat), -len(flat) - 1):
         with pytest.raises(IndexError):
             ws[i]

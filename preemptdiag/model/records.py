@@ -294,15 +294,10 @@ class Repeats(Sequence[Any]):
     def extend(self, values: Iterable[Any]) -> None:
         if self._identity:
             for v in values:
-                self.append(v)
+                self.add(v, 1)
             return
         for value, group in groupby(values):
-            n = sum(1 for _ in group)
-            if self._values and self._values[-1] == value:
-                self._ends[-1] += n
-            else:
-                self._values.append(value)
-                self._ends.append(len(self) + n)
+            self.add(value, sum(1 for _ in group))
 
     def runs(self, start: int = 0) -> Iterator[tuple[Any, int, int]]:
         """(value, first index, end) of each run from index `start` on."""
@@ -932,8 +927,13 @@ class Windows(Sequence[Window]):
         k = i + n if i < 0 else i
         if not 0 <= k < n:
             raise IndexError("window index out of range")
+        part, j = self.part_at(k)
+        return part[j]
+
+    def part_at(self, k: int) -> tuple[Sequence[Window], int]:
+        """The part that holds window k (0 <= k < len), and its index there."""
         p = bisect_right(self._ends, k)
-        return self._parts[p][k - (self._ends[p - 1] if p else 0)]
+        return self._parts[p], k - (self._ends[p - 1] if p else 0)
 
     def _between(self, start: int, stop: int) -> Iterator[Sequence[Window]]:
         at = 0

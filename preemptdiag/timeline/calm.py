@@ -30,12 +30,12 @@ logs.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
-from itertools import accumulate, groupby, islice
+from itertools import groupby, islice
 from operator import attrgetter, lt
 from typing import Any, cast, overload
 
@@ -542,11 +542,9 @@ def _order_keys(ws: Sequence[Window]) -> Callable[[int], tuple[str, bool, dateti
     """_order of window i of `ws`, by index."""
     if not isinstance(ws, Windows):
         return lambda i: _order(ws[i])
-    parts, ends = ws.parts, list(accumulate(map(len, ws.parts)))
 
     def key(i: int) -> tuple[str, bool, datetime]:
-        p = bisect_right(ends, i)
-        part, j = parts[p], i - (ends[p - 1] if p else 0)
+        part, j = ws.part_at(i)
         return part.order_key(j) if isinstance(part, CalmRun) else _order(part[j])
 
     return key
