@@ -444,8 +444,10 @@ def _iso_column(col: Sequence[datetime | None], seen: dict[int, str]) -> list[st
     except TypeError:  # (None: an undated window)
         return list(map(common.iso, col))
     seconds = list(map(int, stamps))
-    # (a naive time is UTC to common.iso, local time to timestamp())
-    if seconds != stamps or None in map(_TZINFO, col):
+    # (a naive time is UTC to common.iso, local time to timestamp(); a float holds a
+    # time's microseconds only up to a few centuries from the epoch: in 2515, one
+    # microsecond past a second was that second's timestamp, and was written as it)
+    if seconds != stamps or None in map(_TZINFO, col) or any(map(_MICROSECOND, col)):
         return list(map(common.iso, col))
     return _iso_seconds(seconds, seen)
 
@@ -483,6 +485,7 @@ def _iso_micros(micros: Sequence[int] | None, seen: dict[int, str]) -> list[str 
 
 _TIMES = ("start", "end")
 _TZINFO = operator.attrgetter("tzinfo")
+_MICROSECOND = operator.attrgetter("microsecond")
 _TIMESTAMP: Callable[[datetime | None], float] = datetime.timestamp  # type: ignore[assignment]
 
 
