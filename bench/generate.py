@@ -478,25 +478,38 @@ STATS_EVERY_S = 10  # vLLM's default stats interval
 STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
 
 
-def generate_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
+def generate_stats(out: BinaryIO, size: int, seed: int = 0, busy: bool = False) -> int:
     """A healthy V1 server with request logging off, as a long-running one prints:
     its start-up lines, then one stats line every 10 s and nothing else: `size` //
     240 of them (a stats line is ~240 bytes; `span_bytes(days)` gives the size of
     exactly that many days: 1 day 8,640 lines, ~2 MB; 30 days 259,200, ~62 MB). The
-    per-signal-line cost over a long span: lines grow with time, not traffic."""
+    per-signal-line cost over a long span: lines grow with time, not traffic.
+
+    `busy`: a server at its --max-num-seqs cap the whole time instead, requests
+    waiting on every line, KV well below the pool and nothing preempted (every window
+    queueing): the same lines, none of them a healthy minute's."""
     rng = random.Random(seed)
     w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
     e = _v1_engine()
     startup(w, e)
-    ld = Load(running=12, kv=20.0)
+    ld = Load(running=64 if busy else 12, waiting=8 if busy else 0, kv=20.0)
     for _ in range(size // STATS_LINE_BYTES):
         w.now += timedelta(seconds=STATS_EVERY_S)
-        # Healthy: the load wanders well below the pool, the queue stays empty.
-        ld.running = max(1, min(60, ld.running + rng.randrange(-3, 4)))
+        if busy:
+            # At the cap: Running stays at 64, the queue wanders but never empties.
+            ld.waiting = max(1, min(40, ld.waiting + rng.randrange(-3, 4)))
+        else:
+            # Healthy: the load wanders well below the pool, the queue stays empty.
+            ld.running = max(1, min(60, ld.running + rng.randrange(-3, 4)))
         ld.kv = max(2.0, min(70.0, ld.kv + rng.uniform(-2.0, 2.0)))
         stats_line(w, e, ld, 0)
     w.flush()
     return w.written
+
+
+def generate_busy(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_stats of a server queueing the whole time (busy)."""
+    return generate_stats(out, size, seed, busy=True)
 
 
 def span_bytes(days: float) -> int:
@@ -508,6 +521,7 @@ PROFILES = {
     "vllm": generate,
     "sglang-dense": generate_dense,
     "vllm-stats": generate_stats,
+    "vllm-stats-busy": generate_busy,
     "vllm-requests": generate_requests,
 }
 

@@ -1,7 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
-                        [--spans 1,10,30] [--requests 1GiB]
+                        [--spans 1,10,30] [--busy 30] [--requests 1GiB]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -18,6 +18,9 @@ Rows:
 - `N d stats` (`--spans`, days, default 1,10,30): a healthy V1 server with request
   logging off, one stats line every 10 s (bench/generate.py --profile vllm-stats):
   signal lines grow with the log's span, not its traffic.
+- `N d busy` (`--busy`, days, default 30): the same stats lines of a server at its
+  --max-num-seqs cap, requests waiting on every line, nothing preempted
+  (--profile vllm-stats-busy): every window queueing, none a healthy minute's.
 - `SIZE requests` (`--requests`, default 1GiB): a busy V1 chat server with request
   logging on, short prompts in `Received request` lines, uvicorn access lines
   (--profile vllm-requests): many short lines a GiB, many loose literal hits.
@@ -327,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         help="days of a stats-only healthy V1 log (one stats line every 10 s)",
     )
     ap.add_argument(
+        "--busy",
+        default="30",
+        help="days of a stats-only V1 log of a server queueing on every line",
+    )
+    ap.add_argument(
         "--requests",
         default="1GiB",
         help="sizes of the V1 log with request logging on (short prompts, access lines)",
@@ -371,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(parse_size(s), s, "vllm") for s in args.sizes.split(",") if s]
     todo += [(parse_size(s), s, "sglang-dense") for s in args.dense.split(",") if s]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats") for d in args.spans.split(",") if d]
+    todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats-busy") for d in args.busy.split(",") if d]
     todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
     todo += [(parse_size(s), s, "vllm-gz") for s in args.gz.split(",") if s]
     suffix = {
@@ -378,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "sglang-dense": " dense",
         "vllm-gz": " .gz",
         "vllm-stats": " stats",
+        "vllm-stats-busy": " busy",
         "vllm-requests": " requests",
     }
     for size, size_text, profile in todo:
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         gz = profile.endswith("-gz")
         # MB/s counts the log's bytes: decompressed ones for a .gz.
         real = (path.with_suffix("") if gz else path).stat().st_size
-        name = size_text if profile == "vllm-stats" else _fmt_size(size)
+        name = size_text if profile.startswith("vllm-stats") else _fmt_size(size)
         label = name + suffix[profile]
         cmds: list[Timed] = []
         if grep and gz:

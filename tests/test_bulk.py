@@ -89,7 +89,9 @@ def test_samples_and_corpus_in_bulk_match_line_by_line(
     _assert_bulk_exact(path, monkeypatch)
 
 
-@pytest.mark.parametrize("profile", ["vllm", "vllm-stats", "vllm-requests", "sglang-dense"])
+@pytest.mark.parametrize(
+    "profile", ["vllm", "vllm-stats", "vllm-stats-busy", "vllm-requests", "sglang-dense"]
+)
 def test_generated_logs_in_bulk_match_line_by_line(
     profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

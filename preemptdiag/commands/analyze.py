@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from enum import Enum
 from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from preemptdiag import __version__
 from preemptdiag.commands.notes import (
@@ -33,7 +33,6 @@ from preemptdiag.diagnose.advice import choose_lever
 from preemptdiag.diagnose.rules import classify, verdict
 from preemptdiag.diagnose.visibility import Visibility, preemption_visibility
 from preemptdiag.diagnose.window_rules import healthy_calm
-from preemptdiag.ingest.prometheus_api import PromSource
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
@@ -78,6 +77,10 @@ from preemptdiag.timeline.scrapes import (
     scrape_note,
 )
 from preemptdiag.timeline.windows import SMALL_TABLE, build_windows
+
+if TYPE_CHECKING:
+    # (a type here: the module is imported where a store is read, not on every run)
+    from preemptdiag.ingest.prometheus_api import PromSource
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
