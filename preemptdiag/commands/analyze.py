@@ -32,7 +32,7 @@ from preemptdiag.commands.notes import (
 from preemptdiag.diagnose.advice import choose_lever
 from preemptdiag.diagnose.rules import classify, verdict
 from preemptdiag.diagnose.visibility import Visibility, preemption_visibility
-from preemptdiag.diagnose.window_rules import healthy_calm
+from preemptdiag.diagnose.window_rules import calm_judge
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
@@ -395,9 +395,11 @@ def _judge(
         info.generation,
     )
     if calm:
-        # (classified as they are made: healthy, and a calm window between two benign
-        # ones in time leaves them no run of consecutive windows, rules.classify)
-        merged = calm_windows(calm, windows, opts.window_seconds, partial(healthy_calm, vis))
+        # (classified as they are made: healthy, queueing or a stall, and a calm window
+        # between two benign ones in time leaves them no run of consecutive windows,
+        # rules.classify)
+        judge = calm_judge(vis, opts.thresholds)
+        merged = calm_windows(calm, windows, opts.window_seconds, judge)
         if merged is None:
             return Again.CALM
         windows = merged

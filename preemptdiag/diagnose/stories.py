@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from preemptdiag.model.records import Class, Event, Kind, Window
+from preemptdiag.model.records import Class, Event, Kind, Window, window_columns
 from preemptdiag.timeline.knobs import arg_value
 
 _ALLOC_WORDS = {
@@ -125,16 +125,19 @@ def healthy_why(windows: Sequence[Window], seen: StatsSeen, fallback: str) -> st
 def queueing_why(windows: Sequence[Window], replica: str, fallback: str) -> str:
     """A queueing verdict gives the queue's peak over every queueing window of the
     replica, not the first one's (the queue builds: its first window is the mildest)."""
-    mine = [w for w in windows if w.replica == replica]
-    q = [w for w in mine if w.cls is Class.QUEUEING]
-    waiting = [w.waiting_max for w in q if w.waiting_max is not None]
+    # (read a column at a time: a month of queueing calm windows is not made at once)
+    names = ("replica", "cls", "waiting_max", "kv_max")
+    replicas, classes, waits, kvs = window_columns(windows, names)
+    mine = [k for k, r in enumerate(replicas) if r == replica]
+    q = [k for k in mine if classes[k] is Class.QUEUEING]
+    waiting = [w for k in q if (w := waits[k]) is not None]
     if not waiting:
         return fallback
-    kv = [w.kv_max for w in q if w.kv_max is not None]
+    kv = [v for k in q if (v := kvs[k]) is not None]
     parts = [f"requests waiting in {len(q)} of {len(mine)} window(s), up to {max(waiting)}"]
     if kv:
         parts.append(f"KV max {max(kv):.1f}%")
-    tail = q[-1].why.rsplit(", ", 1)[-1]  # "no preemption seen (...)", as the window says
+    tail = windows[q[-1]].why.rsplit(", ", 1)[-1]  # "no preemption seen (...)", as it says
     return ", ".join(parts) + f", {tail}"
 
 

@@ -200,12 +200,13 @@ def stall(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
     waiting = w.waiting_max or 0
     if not (waiting > 0 and not (w.running_max or 0) and (w.kv_max or 0.0) < thr.stall_kv_pct):
         return None
-    return _set(
-        w,
-        Class.INSUFFICIENT_EVIDENCE,
-        Confidence.MEDIUM,
-        f"{waiting} waiting while nothing runs and KV is {fmt(w.kv_max, '%')}: "
-        "the engine is not admitting work (a stall, not memory pressure)",
+    return _set(w, Class.INSUFFICIENT_EVIDENCE, Confidence.MEDIUM, _stall_why(waiting, w.kv_max))
+
+
+def _stall_why(waiting: int, kv_max: float | None) -> str:
+    return (
+        f"{waiting} waiting while nothing runs and KV is {fmt(kv_max, '%')}: "
+        "the engine is not admitting work (a stall, not memory pressure)"
     )
 
 
@@ -232,7 +233,11 @@ def queueing(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
     if not (waiting > 0 and (w.waiting_share or 0.0) >= thr.queue_min_share):
         return None
     conf, seen = _calm_confidence(w, vis)
-    return _set(w, Class.QUEUEING, conf, f"{waiting} waiting, KV max {fmt(w.kv_max, '%')}, {seen}")
+    return _set(w, Class.QUEUEING, conf, _queueing_why(waiting, w.kv_max, seen))
+
+
+def _queueing_why(waiting: int, kv_max: float | None, seen: str) -> str:
+    return f"{waiting} waiting, KV max {fmt(kv_max, '%')}, {seen}"
 
 
 def healthy(w: Window, thr: Thresholds, vis: Visibility) -> Window:
@@ -240,49 +245,85 @@ def healthy(w: Window, thr: Thresholds, vis: Visibility) -> Window:
 
     Example: `Running: 2 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.4%`.
     """
-    waiting = w.waiting_max or 0
-    if w.waiting_max is None:
+    conf, seen = _calm_confidence(w, vis)
+    return _set(w, Class.HEALTHY, conf, _healthy_why(w.kv_max, w.waiting_max, seen))
+
+
+def _healthy_why(kv_max: float | None, waiting_max: int | None, seen: str) -> str:
+    waiting = waiting_max or 0
+    if waiting_max is None:
         queue = "queue length not logged"
     elif not waiting:
         queue = "nothing waiting"
     else:
         queue = f"Waiting > 0 in few lines (max {waiting})"
-    conf, seen = _calm_confidence(w, vis)
-    return _set(w, Class.HEALTHY, conf, f"KV max {fmt(w.kv_max, '%')}, {queue}, {seen}")
+    return f"KV max {fmt(kv_max, '%')}, {queue}, {seen}"
 
 
-def healthy_calm(
-    vis: Visibility,
-    replica: str,
-    start: datetime,
-    end: datetime,
+CalmJudgement = tuple[Class, Confidence, str]
+CalmJudge = Callable[
+    [str, datetime, datetime, int, float | None, int | None, float | None, int | None],
+    CalmJudgement,
+]
+
+
+def calm_judge(vis: Visibility, thr: Thresholds) -> CalmJudge:
+    """What the rules make of a calm window (timeline/calm.py: stats lines alone, every
+    one saying how many wait, nothing preempted, KV under the pressure threshold: no
+    rule before PD108 takes it; PD108, PD109 or PD110 does): its class, confidence and
+    why from its replica, start, end, stats lines, KV max, Waiting max and share and
+    Running max. A month of them is not made and then evolved.
+    tests/diagnose/test_window_rules_calm.py holds it to classify_window."""
+    # (a month of windows says a few hundred things: each made once)
+    said: dict[tuple[Any, ...], CalmJudgement] = {}
+
+    def judged(
+        replica: str,
+        start: datetime,
+        end: datetime,
+        n_stats: int,
+        kv_max: float | None,
+        waiting_max: int | None,
+        waiting_share: float | None,
+        running_max: int | None,
+    ) -> CalmJudgement:
+        unseen = vis.unseen_at(replica, start, end)
+        # (of the share and Running the rules read only these: fewer things to keep)
+        queued = (waiting_share or 0.0) >= thr.queue_min_share
+        numbers = (n_stats, kv_max, waiting_max, queued, bool(running_max))
+        if not kv_max:  # (a zero may be -0.0, equal to 0.0 but printed otherwise: not kept)
+            return _calm_judged(thr, unseen, *numbers)
+        key = (unseen, type(kv_max), *numbers)
+        got = said.get(key)
+        if got is None:
+            got = _calm_judged(thr, unseen, *numbers)
+            if len(said) < _SAID_MAX:
+                said[key] = got
+        return got
+
+    return judged
+
+
+def _calm_judged(
+    thr: Thresholds,
+    unseen: str | None,
     n_stats: int,
     kv_max: float | None,
-) -> tuple[Confidence, str]:
-    """PD110's confidence and why for a calm window (timeline/calm.py: nothing waits on
-    any line, nothing is preempted, KV under the pressure threshold; no rule before
-    PD110 takes it), from its numbers: a month of them is not made and then evolved.
-    tests/diagnose/test_window_rules_calm.py holds it to classify_window."""
-    unseen = vis.unseen_at(replica, start, end)
-    if not kv_max:  # (a zero may be -0.0, equal to 0.0 but printed otherwise: not kept)
-        return _healthy_calm(unseen, n_stats, kv_max)
-    # (a month of windows says a few hundred things: each made once)
-    key = (unseen, n_stats, kv_max, type(kv_max))
-    got = _CALM_SAID.get(key)
-    if got is None:
-        got = _healthy_calm(unseen, n_stats, kv_max)
-        if len(_CALM_SAID) < _CALM_SAID_MAX:
-            _CALM_SAID[key] = got
-    return got
-
-
-def _healthy_calm(unseen: str | None, n_stats: int, kv_max: float | None) -> tuple[Confidence, str]:
+    waiting_max: int | None,
+    queued: bool,  # Waiting > 0 in at least queue_min_share of its lines
+    runs: bool,  # Running > 0 in one of them
+) -> CalmJudgement:
+    """stall, queueing and healthy (PD108-PD110) of a window of these numbers."""
+    waiting = waiting_max or 0
+    if waiting > 0 and not runs and (kv_max or 0.0) < thr.stall_kv_pct:
+        return Class.INSUFFICIENT_EVIDENCE, Confidence.MEDIUM, _stall_why(waiting, kv_max)
     conf, seen = _quiet_confidence(unseen, n_stats)
-    return conf, f"KV max {fmt(kv_max, '%')}, nothing waiting, {seen}"
+    if waiting > 0 and queued:
+        return Class.QUEUEING, conf, _queueing_why(waiting, kv_max, seen)
+    return Class.HEALTHY, conf, _healthy_why(kv_max, waiting_max, seen)
 
 
-_CALM_SAID: dict[tuple[str | None, int, float, type], tuple[Confidence, str]] = {}
-_CALM_SAID_MAX = 1 << 14
+_SAID_MAX = 1 << 14
 
 
 RULES: tuple[WindowRule, ...] = (

@@ -134,7 +134,7 @@ class Hit:
 @dataclass(frozen=True, slots=True)
 class CalmMinute:
     """A stream's clock minute of stats lines that the scan kept as numbers, not as
-    hits: nothing waiting on any line, no preemption, KV under the pressure threshold
+    hits: every line says how many wait, no preemption, KV under the pressure threshold
     (scan/lane.py decides and keeps it as a row of CalmRows; timeline/calm.py makes
     this record of it only for a window of several minutes). A month of a quiet
     server is 43,200 of them; as hits, events and a rollup each they were most of a
@@ -150,6 +150,7 @@ class CalmMinute:
     minute: int
     stats: RollupStats
     swapped: tuple[int | None, int | None]  # its first and last line's Swapped
+    waiting: tuple[int | None, int | None]  # ...and Waiting
     peak: Hit  # the first line at its highest KV usage: the window's evidence
 
 
@@ -177,6 +178,9 @@ CALM_COLUMNS = (
     "peak_running",
     "swapped_first",
     "swapped_last",
+    "waiting_first",  # the minute's first and last line's Waiting
+    "waiting_last",
+    "waiting_pos",  # its lines with Waiting > 0
     "peak_line",
     "peak_pos",
     "peak_text",

@@ -952,11 +952,12 @@ def _calm_segments(
     kv_limit: float | None,
 ) -> set[int]:
     """The inner segments that go as calm minutes, with calm minutes on (`kv_limit`:
-    the KV usage they stay under). Calm: every line says Waiting: 0, none preempted or
-    carries a preemption count (V1's `Preemptions:` makes every stats line a read of
+    the KV usage they stay under). Calm: every line says how many wait, none preempted
+    or carries a preemption count (V1's `Preemptions:` makes every stats line a read of
     a late counter: diagnose/visibility.py), no V0 cumulative counter, KV under
     `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
-    window is healthy whatever else the log holds: no rule before PD110 can take it.
+    window is healthy, queueing or a stall whatever else the log holds, by its own
+    numbers: no rule before PD108 can take it (window_rules.calm_judged).
     Not: the first segment of each clock in the block that is no edge (a calm minute
     is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
     anything else of the block is in (an edge, another segment, an odd line): a window
@@ -967,14 +968,13 @@ def _calm_segments(
     import polars as pl
 
     counters = [j for j, r in enumerate(plan.sets) if "cumulative" in r.sig.fields]
-    waiting, kv = (f"{p}_{AGG_FIELDS[k]}" for p, k in (("max", WAITING), ("max", KV)))
+    kv = f"max_{AGG_FIELDS[KV]}"
     quiet = (
         (pl.col("pre") == 0)
         & ~pl.col("lower")
         & ~pl.col("counted")
         & ~pl.col("set").is_in(pl.Series(counters, dtype=pl.Int64).implode())
         & (pl.col(f"cnt_{AGG_FIELDS[WAITING]}") == pl.col("n"))
-        & (pl.col(waiting) == 0)
         # (as `kv >= kv_limit` in Python: a NaN is under it)
         & ~(pl.col(kv) >= kv_limit).fill_null(False)
     )
@@ -1034,6 +1034,7 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
     stamp_peak = take(stamps, peak, pl.Utf8)
     # (a signature without the field: None, as its typed column would be)
     swapped = r.typed.get("swapped", [None] * len(r.lineno))
+    waiting = r.typed.get("waiting", [None] * len(r.lineno))
     # windows.snapped_mean of a minute's sum and count (snap6 is polars' round(6),
     # tests/timeline/test_windows_small.py): here, not per window after the scan
     means = part.select(
@@ -1059,6 +1060,9 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         "peak_running": part.get_column("peak_running"),
         "swapped_first": take(swapped, first),
         "swapped_last": take(swapped, last),
+        "waiting_first": take(waiting, first),
+        "waiting_last": take(waiting, last),
+        "waiting_pos": part.get_column("wpos").cast(pl.Int64),
         "peak_line": take(r.lineno, peak, pl.Int64),
         "peak_pos": take(r.start, peak, pl.Int64),
         "peak_text": take(r.texts, peak, pl.Utf8),

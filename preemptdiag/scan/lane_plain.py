@@ -826,7 +826,7 @@ class _Aggs:
 
     def quiet(self, block: _Block, kv_limit: float) -> list[int]:
         """lane._calm_segments' test: no line preempted or carries a preemption count
-        (a stream's lines all do or none), every line `Waiting: 0`, KV under the
+        (a stream's lines all do or none), every line says how many wait, KV under the
         limit. The segments' positions."""
         counted = block.rows.typed.get("preemptions")
         out = []
@@ -837,7 +837,6 @@ class _Aggs:
                 and not self.lower[j]
                 and (counted is None or counted[m[0]] is None)
                 and self.counts[WAITING][j] == k
-                and self.maxes[WAITING][j] == 0
                 and not (kv is not None and kv >= kv_limit)
             ):
                 out.append(j)
@@ -894,7 +893,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
 
     stamp_first = take(ts, first)
     stamp_peak = take(ts, peak)
-    swapped = r.typed.get("swapped")
+    swapped, waiting = r.typed.get("swapped"), r.typed.get("waiting")
     cols: dict[str, tuple[str, list[Any]]] = {
         "first_line": ("q", take(r.lineno, first)),
         "first_second": ("q", [int(t[12:14]) for t in stamp_first]),
@@ -909,6 +908,9 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "peak_running": ("q", pick(agg.peak_running)),
         "swapped_first": ("", [None] * len(chosen) if swapped is None else take(swapped, first)),
         "swapped_last": ("", [None] * len(chosen) if swapped is None else take(swapped, last)),
+        "waiting_first": ("", [None] * len(chosen) if waiting is None else take(waiting, first)),
+        "waiting_last": ("", [None] * len(chosen) if waiting is None else take(waiting, last)),
+        "waiting_pos": ("q", pick(agg.waiting_pos)),
         "peak_line": ("q", take(r.lineno, peak)),
         "peak_pos": ("q", _starts_at(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),

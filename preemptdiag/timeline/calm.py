@@ -1,12 +1,13 @@
 """Calm minutes -> windows, without a hit, an event or a rollup each.
 
-A month of a quiet server's log is 43,200 stream-minutes of stats lines in which
-nothing waits and nothing is preempted. scan/lane.py keeps such a minute as a row of
-numbers (records.CalmRows, a frame a block); here each gets its time and replica from
-the hit before it in its file (its anchor: the lane makes the first segment of every
-clock a hit), and the minutes of one window become that window, as build_windows
-aggregates their lines, classified as it is made (the rules find it healthy: PD110,
-window_rules.healthy_calm). Its row is read once, then, and its frame let go: a
+A month of a server's log is 43,200 stream-minutes of stats lines in which nothing is
+preempted and KV stays under pressure, whether requests wait (a server at its cap) or
+not. scan/lane.py keeps such a minute as a row of numbers (records.CalmRows, a frame a
+block); here each gets its time and replica from the hit before it in its file (its
+anchor: the lane makes the first segment of every clock a hit), and the minutes of one
+window become that window, as build_windows aggregates their lines, classified as it
+is made from its numbers (healthy, queueing or a stall: PD108-PD110,
+window_rules.calm_judge). Its row is read once, then, and its frame let go: a
 frame's windows of one minute (the usual) are a CalmRun, the columns they read, each
 window (a CalmWindow) made only when it is read, and its evidence event only when that
 is (records.ReadRun, records.ReadWindow); a CalmMinute and a Window are made for a
@@ -93,6 +94,9 @@ _SUMS, _COUNTS, _MAXES = (_AT[f"{p}_{AGG_FIELDS[0]}"] for p in ("sum", "cnt", "m
 _PEAK_KV, _PEAK_RUNNING, _SWAPPED_FIRST, _SWAPPED_LAST = (
     _AT[c] for c in ("peak_kv", "peak_running", "swapped_first", "swapped_last")
 )
+_WAITING_FIRST, _WAITING_LAST, _WAITING_POS = (
+    _AT[c] for c in ("waiting_first", "waiting_last", "waiting_pos")
+)
 _PEAK_LINE, _PEAK_POS, _PEAK_TEXT, _PEAK_SECOND, _PEAK_PROC = (
     _AT[c] for c in ("peak_line", "peak_pos", "peak_text", "peak_second", "peak_proc")
 )
@@ -136,7 +140,7 @@ def _minute(r: CalmRows, row: tuple[Any, ...]) -> CalmMinute:
         clock=_clock(r, row),
         hour=row[_HOUR],
         minute=row[_MINUTE],
-        # (calm: nothing preempted, no line with Waiting > 0)
+        # (calm: nothing preempted)
         stats=RollupStats(
             n=n,
             preemptions=0,
@@ -144,11 +148,12 @@ def _minute(r: CalmRows, row: tuple[Any, ...]) -> CalmMinute:
             sums=row[sums : sums + k],
             counts=row[counts : counts + k],
             maxes=row[maxes : maxes + k],
-            waiting_pos=0,
+            waiting_pos=row[_WAITING_POS],
             peak_kv=row[_PEAK_KV],
             peak_running=row[_PEAK_RUNNING],
         ),
         swapped=(row[_SWAPPED_FIRST], row[_SWAPPED_LAST]),
+        waiting=(row[_WAITING_FIRST], row[_WAITING_LAST]),
         peak=_peak(r, row),
     )
 
@@ -404,10 +409,15 @@ def lines(
     ]
 
 
-# What the rules make of a calm window (diagnose.window_rules.healthy_calm, bound to a
-# run's visibility): its confidence and why from its replica, start, end, stats lines
-# and KV max. (It is healthy: no rule before PD110 can take it.)
-Judged = Callable[[str, datetime, datetime, int, float | None], tuple[Confidence, str]]
+# What the rules make of a calm window (diagnose.window_rules.calm_judged, bound to a
+# run's visibility and thresholds): its class, confidence and why from its replica,
+# start, end, stats lines, KV max, Waiting max and share, Running max. (No rule before
+# PD108 can take it: nothing preempted or failed, KV under pressure.)
+Judgement = tuple[Class, Confidence, str]
+Judged = Callable[
+    [str, datetime, datetime, int, float | None, int | None, float | None, int | None],
+    Judgement,
+]
 
 
 def windows(
@@ -568,6 +578,7 @@ def _window(key: tuple[str, int], ps: list[_Kept], seconds: int, judged: Judged)
     stats = [m.minute.stats for m in made]
     top = max(s.peak_kv for s in stats)
     at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
+    waiting = _most(stats, _WAITING)
     return _calm_window(
         key,
         seconds,
@@ -576,7 +587,13 @@ def _window(key: tuple[str, int], ps: list[_Kept], seconds: int, judged: Judged)
         _most(stats, _KV),
         _most(stats, _RUNNING),
         tuple(_mean(stats, i) for i in (_KV, _RUNNING, _PROMPT, _GEN)),
-        (_swapped_first(made), _swapped_last(made), _swapped_max(made)),
+        (_first_of(made, _swapped), _last_of(made, _swapped), _most_int(stats, _SWAPPED)),
+        (
+            _first_of(made, _waiting),
+            _last_of(made, _waiting),
+            None if waiting is None else int(waiting),
+            _share(stats),
+        ),
         _evidence(made),
         min(at_peak) if at_peak else None,
     )
@@ -594,6 +611,10 @@ _KEPT = (
     _PEAK_KV,
     _PEAK_RUNNING,
     *(_AT[f"mean_{k}"] for k in CALM_MEANS),
+    _WAITING_FIRST,
+    _WAITING_LAST,
+    _MAXES + _WAITING,
+    _WAITING_POS,
     _PEAK_LINE,
     _PEAK_POS,
     _PEAK_PROC,
@@ -602,7 +623,8 @@ _KEPT = (
 _K_N, _K_KV, _K_RUNNING, _K_SWAPPED_FIRST, _K_SWAPPED_LAST, _K_SWAPPED = range(6)
 _K_PEAK_KV, _K_PEAK_RUNNING = 6, 7
 _K_KV_MEAN, _K_RUNNING_MEAN, _K_PROMPT, _K_GEN = range(8, 12)  # (CALM_MEANS' order)
-_K_LINE, _K_POS, _K_PROC, _K_TEXT, _K_FIELDS = range(12, 17)
+_K_WAITING_FIRST, _K_WAITING_LAST, _K_WAITING, _K_WAITING_POS = range(12, 16)
+_K_LINE, _K_POS, _K_PROC, _K_TEXT, _K_FIELDS = range(16, 21)
 
 
 def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any], ...]:
@@ -664,6 +686,7 @@ class CalmWindow(ReadWindow):
         "_m",
         "_rows",
         "_ts",
+        "cls",
         "confidence",
         "end",
         "replica",
@@ -728,6 +751,24 @@ class CalmWindow(ReadWindow):
         return self._c[_K_GEN][self._i]  # type: ignore[no-any-return]
 
     @property
+    def waiting_first(self) -> int | None:
+        return self._c[_K_WAITING_FIRST][self._i]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_last(self) -> int | None:
+        return self._c[_K_WAITING_LAST][self._i]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_max(self) -> int | None:
+        waiting = self._c[_K_WAITING][self._i]
+        return None if waiting is None else int(waiting)
+
+    @property
+    def waiting_share(self) -> float | None:
+        c, i = self._c, self._i
+        return _minute_share(c[_K_WAITING_POS][i], c[_K_N][i])
+
+    @property
     def kv_peak_running(self) -> int | None:
         # (as _window's: no peak line when the peak is not equal to itself, a NaN)
         peak_kv = self._c[_K_PEAK_KV][self._i]
@@ -790,6 +831,9 @@ class CalmWindow(ReadWindow):
                 j, make = _READ[name]
                 got = _gather(runs, j)
                 out.append(got if make is None else make(got))
+            elif name == "waiting_share":
+                pos, n = _gather(runs, _K_WAITING_POS), _gather(runs, _K_N)
+                out.append(list(map(_minute_share, pos, n)))
             elif name == "kv_peak_running":
                 # (as the property's: no peak line when the peak is a NaN)
                 kvs, running = _gather(runs, _K_PEAK_KV), _gather(runs, _K_PEAK_RUNNING)
@@ -943,7 +987,7 @@ def _own(ws: Sequence[CalmWindow], name: str) -> list[Any]:
 
 
 class _Judgements:
-    """The (confidence, why) pairs calm windows were judged, each once, by index
+    """The (class, confidence, why) calm windows were judged, each once, by index
     (`at`): a month's windows say a few hundred. One list of them for every run of a
     call, which a run's marks index (each run copied those seen so far: a quarter's
     ~1 MB), brought up to date once a run is marked (`listed`)."""
@@ -951,10 +995,10 @@ class _Judgements:
     __slots__ = ("_listed", "at")
 
     def __init__(self) -> None:
-        self.at: dict[tuple[Confidence, str], int] = {}
-        self._listed: list[tuple[Confidence, str]] = []
+        self.at: dict[Judgement, int] = {}
+        self._listed: list[Judgement] = []
 
-    def listed(self) -> list[tuple[Confidence, str]]:
+    def listed(self) -> list[Judgement]:
         """Every pair so far, by index (the dict keeps the order they came in)."""
         self._listed.extend(islice(self.at, len(self._listed), None))
         return self._listed
@@ -998,7 +1042,7 @@ class CalmRun(ReadRun):
     _starts: Sequence[int]  # (narrowed, packed: records.PackedNumbers)
     _anchors: Repeats
     _marks: Sequence[int]  # (narrowed, packed)
-    _judgements: list[tuple[Confidence, str]]
+    _judgements: list[Judgement]
     _seconds: int
     _lo: int
     _hi: int
@@ -1026,7 +1070,10 @@ class CalmRun(ReadRun):
         if longest > MAX_EVIDENCE_CHARS:
             # (cut, as the scan cuts evidence: rare, a line of over 600 characters)
             columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
-        n, kv = (_listed(data[j]) for j in (_N, _MAXES + _KV))
+        n, kv, waiting, pos, running = (
+            _listed(data[j])
+            for j in (_N, _MAXES + _KV, _MAXES + _WAITING, _WAITING_POS, _MAXES + _RUNNING)
+        )
         step = timedelta(seconds=seconds)
         marks: array[int] = array("I")
         mark = marks.append
@@ -1037,7 +1084,18 @@ class CalmRun(ReadRun):
             start = last_end if last_at == wstart else datetime.fromtimestamp(wstart, tz=UTC)
             end = start + step
             last_at, last_end = wstart + seconds, end
-            mark(seen(judged(replica, start, end, n[i], kv[i]), len(at)))
+            w, r = waiting[i], running[i]
+            judgement = judged(
+                replica,
+                start,
+                end,
+                n[i],
+                kv[i],
+                None if w is None else int(w),
+                _minute_share(pos[i], n[i]),
+                None if r is None else int(r),
+            )
+            mark(seen(judgement, len(at)))
         first, where = alone.rows[0], alone.rows
         contiguous = where[-1] - first == len(where) - 1
         replicas = alone.replicas
@@ -1098,7 +1156,7 @@ class CalmRun(ReadRun):
         anchor = self._anchors[p]
         hour, minute, second = self._clock
         replicas = self._replicas
-        confidence, why = self._judgements[self._marks[p]]
+        cls, confidence, why = self._judgements[self._marks[p]]
         w = object.__new__(CalmWindow)
         _set = object.__setattr__  # (Window is frozen; slot by slot)
         _set(w, "_rows", self._rows)
@@ -1109,6 +1167,7 @@ class CalmRun(ReadRun):
         _set(w, "start", start)
         _set(w, "end", start + timedelta(seconds=self._seconds))
         _set(w, "_ts", _at(anchor, hour[i], minute[i], second[i]))
+        _set(w, "cls", cls)
         _set(w, "confidence", confidence)
         _set(w, "why", why)
         return w
@@ -1165,8 +1224,8 @@ class CalmRun(ReadRun):
         if name == "replica":
             replicas = self._replicas
             return [replicas] * (hi - lo) if isinstance(replicas, str) else replicas[lo:hi]
-        if name in ("confidence", "why"):
-            j = name == "why"
+        if name in ("cls", "confidence", "why"):
+            j = ("cls", "confidence", "why").index(name)
             judgements = self._judgements
             return [judgements[m][j] for m in self._marks[lo:hi]]
         if name in ("start", "end"):
@@ -1212,6 +1271,9 @@ _READ: dict[str, tuple[int, Callable[[list[Any]], list[Any]] | None]] = {
     "swapped_first": (_K_SWAPPED_FIRST, None),
     "swapped_last": (_K_SWAPPED_LAST, None),
     "swapped_max": (_K_SWAPPED, _ints_or_none),
+    "waiting_first": (_K_WAITING_FIRST, None),
+    "waiting_last": (_K_WAITING_LAST, None),
+    "waiting_max": (_K_WAITING, _ints_or_none),
     "prompt_tput": (_K_PROMPT, None),
     "gen_tput": (_K_GEN, None),
 }
@@ -1248,21 +1310,16 @@ _Texts = tuple[tuple[str, ...], tuple[int, ...]]
 _PLAIN = frozenset((str, int, float, bool, type(None)))  # (what sanitise walks no further)
 
 
-# The fields every calm window has the same value in: every line says Waiting: 0,
-# nothing is preempted or fails. (_calm_window's, and CalmWindow's class attributes.)
+# The fields every calm window has the same value in: nothing is preempted or fails.
+# (_calm_window's, and CalmWindow's class attributes.)
 _CALM: dict[str, Any] = {
-    "cls": Class.HEALTHY,
     "preemptions": 0.0,
     "preemptions_lower_bound": False,
     "max_cumulative": None,
-    "waiting_first": 0,
-    "waiting_last": 0,
-    "waiting_max": 0,
     "alloc_failures": 0,
     "host_ooms": 0,
     "engine_deaths": 0,
     "swap_warnings": 0,
-    "waiting_share": 0.0,
     "preemptions_spread_over": None,
 }
 for _name, _value in _CALM.items():
@@ -1278,6 +1335,7 @@ def _calm_window(
     running_max: float | None,
     means: tuple[float | None, ...],  # KV, Running, prompt and generation throughput
     swapped: tuple[int | None, int | None, int | None],  # first, last, max
+    waiting: tuple[int | None, int | None, int | None, float | None],  # ... and share
     evidence: Event,
     kv_peak_running: int | None,
 ) -> Window:
@@ -1285,9 +1343,11 @@ def _calm_window(
     replica, wstart = key
     start = datetime.fromtimestamp(wstart, tz=UTC)
     end = start + timedelta(seconds=seconds)
-    conf, why = judged(replica, start, end, n, kv_max)
+    running = None if running_max is None else int(running_max)
+    cls, conf, why = judged(replica, start, end, n, kv_max, waiting[2], waiting[3], running)
     kv_mean, running_mean, prompt_tput, gen_tput = means
     return Window(
+        cls=cls,
         confidence=conf,
         why=why,
         replica=replica,
@@ -1297,8 +1357,12 @@ def _calm_window(
         n_stats=n,
         kv_max=kv_max,
         kv_mean=kv_mean,
-        running_max=None if running_max is None else int(running_max),
+        running_max=running,
         running_mean=running_mean,
+        waiting_first=waiting[0],
+        waiting_last=waiting[1],
+        waiting_max=waiting[2],
+        waiting_share=waiting[3],
         swapped_first=swapped[0],
         swapped_last=swapped[1],
         swapped_max=swapped[2],
@@ -1334,17 +1398,32 @@ class _Made:
     ts: datetime
 
 
-def _swapped_first(ps: list[_Made]) -> int | None:
-    # (the events table's order: by first line's time, file, line)
+def _swapped(m: CalmMinute) -> tuple[int | None, int | None]:
+    return m.swapped
+
+
+def _waiting(m: CalmMinute) -> tuple[int | None, int | None]:
+    return m.waiting
+
+
+def _first_of(
+    ps: list[_Made], pair: Callable[[CalmMinute], tuple[int | None, int | None]]
+) -> int | None:
+    """The window's first value of a (first, last) pair of its minutes (windows.py's
+    first non-null in the events table's order: by first line's time, file, line)."""
     if len(ps) == 1:
-        return ps[0].minute.swapped[0]
+        return pair(ps[0].minute)[0]
     for p in sorted(ps, key=lambda p: (p.ts, p.minute.peak.source, p.minute.first_line)):
-        if p.minute.swapped[0] is not None:
-            return p.minute.swapped[0]
+        if (got := pair(p.minute)[0]) is not None:
+            return got
     return None
 
 
-def _swapped_last(ps: list[_Made]) -> int | None:
+def _last_of(
+    ps: list[_Made], pair: Callable[[CalmMinute], tuple[int | None, int | None]]
+) -> int | None:
+    """...and its last value (the last non-null in the order of last lines)."""
+
     # (the order of last lines: windows._LAST_ORDER)
     def key(p: _Made) -> tuple[datetime, str, int, int, str]:
         m = p.minute
@@ -1357,16 +1436,31 @@ def _swapped_last(ps: list[_Made]) -> int | None:
         )
 
     if len(ps) == 1:
-        return ps[0].minute.swapped[1]
+        return pair(ps[0].minute)[1]
     for p in sorted(ps, key=key, reverse=True):
-        if p.minute.swapped[1] is not None:
-            return p.minute.swapped[1]
+        if (got := pair(p.minute)[1]) is not None:
+            return got
     return None
 
 
-def _swapped_max(ps: list[_Made]) -> int | None:
-    values = [v for p in ps if (v := p.minute.stats.maxes[_SWAPPED]) is not None]
-    return int(max(values)) if values else None
+def _most_int(stats: list[RollupStats], i: int) -> int | None:
+    most = _most(stats, i)
+    return None if most is None else int(most)
+
+
+def _share(stats: list[RollupStats]) -> float | None:
+    """windows.snapped_mean of the minutes' lines with Waiting > 0 over their lines
+    with a Waiting (added in their order, snapped)."""
+    count = sum(s.counts[_WAITING] for s in stats)
+    total = 0.0
+    for s in stats:
+        total += s.waiting_pos
+    return snap6(snap6(total) / count) if count > 0 else None
+
+
+def _minute_share(pos: int, n: int) -> float | None:
+    """_share of one minute (every line of a calm minute says how many wait)."""
+    return snap6(snap6(0.0 + pos) / n) if n > 0 else None
 
 
 def _evidence(ps: list[_Made]) -> Event:

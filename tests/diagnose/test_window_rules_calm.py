@@ -1,5 +1,5 @@
-"""healthy_calm: what the rules make of a calm window (timeline/calm.py), from its
-numbers, as classify_window makes it of the window."""
+"""calm_judge: what the rules make of a calm window (timeline/calm.py), from its
+numbers, as classify_window makes it of the window: healthy, queueing or a stall."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptdiag.diagnose.visibility import Settled, Visibility
-from preemptdiag.diagnose.window_rules import classify_window, healthy_calm
+from preemptdiag.diagnose.window_rules import calm_judge, classify_window
 from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Class, Confidence
 
@@ -36,41 +36,94 @@ _VISIBILITY = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+_THRESHOLDS = st.builds(
+    Thresholds,
+    queue_min_share=st.sampled_from([0.5, 0.3, 1.0, 0.0]),
+    stall_kv_pct=st.sampled_from([5.0, 0.5, 50.0]),
+)
+
+
+@st.composite
+def _queue(draw: st.DrawFn, n: int) -> tuple[int, float]:
+    """A minute's Waiting max and share of lines with Waiting > 0 (as calm reads them:
+    every one of its n lines says how many wait)."""
+    waiting = draw(st.sampled_from([0, 0, 1, 3, 40]))
+    pos = draw(st.integers(1, n)) if waiting else 0
+    return waiting, round(round(0.0 + pos, 6) / n, 6)
+
+
+@settings(max_examples=800, deadline=None)
 @given(
     _VISIBILITY,
+    _THRESHOLDS,
     st.sampled_from(["a", "b"]),
     st.integers(-2, 5),
-    st.integers(1, 12),
+    st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), _queue(n))),
     st.one_of(st.none(), st.floats(0, 94.9), st.just(0.0), st.just(-0.0), st.integers(0, 94)),
+    st.sampled_from([None, 0, 1, 64]),
 )
 def test_a_calm_window_is_judged_as_the_rules_judge_it(
-    vis: Visibility, replica: str, minute: int, n: int, kv: float | None
+    vis: Visibility,
+    thr: Thresholds,
+    replica: str,
+    minute: int,
+    lines: tuple[int, tuple[int, float]],
+    kv: float | None,
+    running: int | None,
 ) -> None:
-    # A calm window: every line Waiting 0, nothing preempted, KV under the threshold.
+    # A calm window: every line says how many wait, nothing preempted, KV under the
+    # pressure threshold.
+    n, (waiting, share) = lines
     w = make_window(
         minute,
         replica=replica,
         n_events=n,
         n_stats=n,
         kv_max=kv,
-        waiting_first=0,
+        running_max=running,
+        waiting_first=waiting,
         waiting_last=0,
-        waiting_max=0,
-        waiting_share=0.0,
+        waiting_max=waiting,
+        waiting_share=share,
     )
-    got = classify_window(w, Thresholds(), vis)
-    assert got.cls is Class.HEALTHY
-    assert (got.confidence, got.why) == healthy_calm(vis, replica, w.start, w.end, n, kv)
+    got = classify_window(w, thr, vis)
+    judged = calm_judge(vis, thr)
+    said = judged(replica, w.start, w.end, n, kv, waiting, share, running)
+    assert (got.cls, got.confidence, got.why) == said
+    assert got.cls in (Class.HEALTHY, Class.QUEUEING, Class.INSUFFICIENT_EVIDENCE)
+    assert judged(replica, w.start, w.end, n, kv, waiting, share, running) == said  # (kept)
+
+
+def test_a_queue_in_most_lines_is_queueing_and_one_with_nothing_running_a_stall() -> None:
+    vis = Visibility(False, None, "why", None, (), ())
+    judged = calm_judge(vis, Thresholds())
+    start, end = T0, T0 + _MINUTE
+    assert judged("a", start, end, 6, 44.0, 24, 0.833333, 16) == (
+        Class.QUEUEING,
+        Confidence.HIGH,
+        "24 waiting, KV max 44.0%, no preemption",
+    )
+    assert judged("a", start, end, 6, 44.0, 3, 0.166667, 16) == (
+        Class.HEALTHY,
+        Confidence.HIGH,
+        "KV max 44.0%, Waiting > 0 in few lines (max 3), no preemption",
+    )
+    assert judged("a", start, end, 6, 0.0, 115, 1.0, 0) == (
+        Class.INSUFFICIENT_EVIDENCE,
+        Confidence.MEDIUM,
+        "115 waiting while nothing runs and KV is 0.0%: the engine is not admitting work "
+        "(a stall, not memory pressure)",
+    )
 
 
 def test_what_it_says_once_is_said_again_alike_but_for_the_sign_and_type_of_kv() -> None:
-    # (healthy_calm keeps what it made of (unseen, lines, KV): a month says a few
+    # (calm_judge keeps what it made of (unseen, the numbers): a month says a few
     # hundred things; an equal KV that prints otherwise is another thing)
     vis = Visibility(True, None, "why", None, (), ())
+    judged = calm_judge(vis, Thresholds())
     start, end = T0, T0 + _MINUTE
     kvs = (29.0, 29, 0.0, -0.0, None)
-    said = [healthy_calm(vis, "a", start, end, 6, kv)[1] for kv in kvs]
+    said = [judged("a", start, end, 6, kv, 0, 0.0, 12)[2] for kv in kvs]
     assert [s.split(",")[0] for s in said] == [
         "KV max 29.0%",
         "KV max 29%",
@@ -79,11 +132,12 @@ def test_what_it_says_once_is_said_again_alike_but_for_the_sign_and_type_of_kv()
         "KV max ?",
     ]
     for kv, first in zip(kvs, said, strict=True):
-        assert healthy_calm(vis, "a", start, end, 6, kv)[1] == first
-    seeing = Visibility(False, None, "why", None, (), ())
-    assert healthy_calm(seeing, "a", start, end, 6, 29.0) == (
+        assert judged("a", start, end, 6, kv, 0, 0.0, 12)[2] == first
+    seeing = calm_judge(Visibility(False, None, "why", None, (), ()), Thresholds())
+    assert seeing("a", start, end, 6, 29.0, 0, 0.0, 12) == (
+        Class.HEALTHY,
         Confidence.HIGH,
         "KV max 29.0%, nothing waiting, no preemption",
     )
-    assert healthy_calm(seeing, "a", start, end, 2, 29.0)[0] is Confidence.MEDIUM
-    assert healthy_calm(vis, "a", start, end, 6, 29.0)[0] is Confidence.MEDIUM
+    assert seeing("a", start, end, 2, 29.0, 0, 0.0, 12)[1] is Confidence.MEDIUM
+    assert judged("a", start, end, 6, 29.0, 0, 0.0, 12)[1] is Confidence.MEDIUM

@@ -189,6 +189,42 @@ def test_a_quiet_month_in_miniature_is_byte_identical(
     assert spy.placed > 500 and not spy.gave_up
 
 
+def test_a_busy_month_in_miniature_queueing_on_every_line_is_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A server at its cap the whole time: every minute a queue, none preempted. Its
+    # minutes are calm minutes too (queueing by PD109, as their windows would be).
+    path = _generated(tmp_path, "vllm-stats-busy", 1_500_000, 5)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 500 and not spy.gave_up
+
+
+def test_queues_that_come_and_go_stalls_and_blips_are_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Minutes with a queue in every line (queueing), in one line of six (a blip:
+    # healthy), with nothing running and KV empty (a stall: PD108), and quiet ones,
+    # mixed a line at a time, so minutes and windows of every kind meet.
+    rng = random.Random(11)
+    t, lines = datetime(2026, 5, 1, 10), []
+    for i in range(3000):
+        t += timedelta(seconds=10)
+        spell = (i // 30) % 4
+        running = 0 if spell == 2 else rng.randrange(1, 64)
+        kv = 0.0 if spell == 2 else rng.uniform(3.0, 80.0)
+        waiting = rng.randrange(1, 40) if spell in (1, 2) or (spell == 3 and i % 6 == 0) else 0
+        lines.append(
+            f"(APIServer pid=1) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 000: Avg "
+            f"prompt throughput: {rng.uniform(0, 4000):.1f} tokens/s, Avg generation "
+            f"throughput: {rng.uniform(0, 900):.1f} tokens/s, Running: {running} reqs, "
+            f"Waiting: {waiting} reqs, GPU KV cache usage: {kv:.1f}%, Prefix cache hit "
+            f"rate: {rng.uniform(0, 40):.1f}%"
+        )
+    path = _write(tmp_path / "queues.log", lines)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 300 and not spy.gave_up
+
+
 @pytest.mark.parametrize("engines", [1, 2])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_quiet_hours_with_queues_a_thrash_and_warnings(
