@@ -125,20 +125,36 @@ def healthy_why(windows: Sequence[Window], seen: StatsSeen, fallback: str) -> st
 def queueing_why(windows: Sequence[Window], replica: str, fallback: str) -> str:
     """A queueing verdict gives the queue's peak over every queueing window of the
     replica, not the first one's (the queue builds: its first window is the mildest)."""
-    # (read a column at a time: a month of queueing calm windows is not made at once)
-    names = ("replica", "cls", "waiting_max", "kv_max")
-    replicas, classes, waits, kvs = window_columns(windows, names)
-    mine = [k for k, r in enumerate(replicas) if r == replica]
-    q = [k for k in mine if classes[k] is Class.QUEUEING]
-    waiting = [w for k in q if (w := waits[k]) is not None]
-    if not waiting:
+    # (read a chunk of windows a column at a time: a month of queueing calm windows
+    # is not made, nor a list of its indexes, at once)
+    mine = queued = 0
+    last = -1
+    waiting: int | None = None
+    kv: float | None = None
+    for at in range(0, len(windows), _CHUNK):
+        part = windows[at : at + _CHUNK]
+        columns = window_columns(part, ("replica", "cls", "waiting_max", "kv_max"))
+        for k, (r, cls, w, v) in enumerate(zip(*columns, strict=True)):
+            if r != replica:
+                continue
+            mine += 1
+            if cls is not Class.QUEUEING:
+                continue
+            queued, last = queued + 1, at + k
+            if w is not None and (waiting is None or w > waiting):
+                waiting = w
+            if v is not None and (kv is None or v > kv):
+                kv = v
+    if waiting is None:
         return fallback
-    kv = [v for k in q if (v := kvs[k]) is not None]
-    parts = [f"requests waiting in {len(q)} of {len(mine)} window(s), up to {max(waiting)}"]
-    if kv:
-        parts.append(f"KV max {max(kv):.1f}%")
-    tail = windows[q[-1]].why.rsplit(", ", 1)[-1]  # "no preemption seen (...)", as it says
+    parts = [f"requests waiting in {queued} of {mine} window(s), up to {waiting}"]
+    if kv is not None:
+        parts.append(f"KV max {kv:.1f}%")
+    tail = windows[last].why.rsplit(", ", 1)[-1]  # "no preemption seen (...)", as it says
     return ", ".join(parts) + f", {tail}"
+
+
+_CHUNK = 4096
 
 
 _KILLERS = {
