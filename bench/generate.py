@@ -478,7 +478,9 @@ STATS_EVERY_S = 10  # vLLM's default stats interval
 STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
 
 
-def generate_stats(out: BinaryIO, size: int, seed: int = 0, busy: bool = False) -> int:
+def generate_stats(
+    out: BinaryIO, size: int, seed: int = 0, busy: bool = False, v0: bool = False
+) -> int:
     """A healthy V1 server with request logging off, as a long-running one prints:
     its start-up lines, then one stats line every 10 s and nothing else: `size` //
     240 of them (a stats line is ~240 bytes; `span_bytes(days)` gives the size of
@@ -487,20 +489,27 @@ def generate_stats(out: BinaryIO, size: int, seed: int = 0, busy: bool = False) 
 
     `busy`: a server at its --max-num-seqs cap the whole time instead, requests
     waiting on every line, KV well below the pool and nothing preempted (every window
-    queueing): the same lines, none of them a healthy minute's."""
+    queueing): the same lines, none of them a healthy minute's. `v0`: a V0 server's
+    (0.6.x: `INFO MM-DD HH:MM:SS metrics.py:396] ...`, no process name), at V1's
+    interval."""
     rng = random.Random(seed)
     w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
-    e = _v1_engine()
+    e = (
+        Engine(v1=False, version="0.6.3.post1", stats_every=5, api="", core="")
+        if v0
+        else _v1_engine()
+    )
     startup(w, e)
     ld = Load(running=64 if busy else 12, waiting=8 if busy else 0, kv=20.0)
     for _ in range(size // STATS_LINE_BYTES):
         w.now += timedelta(seconds=STATS_EVERY_S)
-        if busy:
-            # At the cap: Running stays at 64, the queue wanders but never empties.
+        if busy or (v0 and w.now.hour % 2):
+            # At the cap: Running stays put, the queue wanders but never empties.
             ld.waiting = max(1, min(40, ld.waiting + rng.randrange(-3, 4)))
         else:
             # Healthy: the load wanders well below the pool, the queue stays empty.
             ld.running = max(1, min(60, ld.running + rng.randrange(-3, 4)))
+            ld.waiting = 0
         ld.kv = max(2.0, min(70.0, ld.kv + rng.uniform(-2.0, 2.0)))
         stats_line(w, e, ld, 0)
     w.flush()
@@ -510,6 +519,11 @@ def generate_stats(out: BinaryIO, size: int, seed: int = 0, busy: bool = False) 
 def generate_busy(out: BinaryIO, size: int, seed: int = 0) -> int:
     """generate_stats of a server queueing the whole time (busy)."""
     return generate_stats(out, size, seed, busy=True)
+
+
+def generate_v0_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_stats of a V0 server, quiet for an hour, then queueing for an hour."""
+    return generate_stats(out, size, seed, v0=True)
 
 
 def span_bytes(days: float) -> int:
@@ -522,6 +536,7 @@ PROFILES = {
     "sglang-dense": generate_dense,
     "vllm-stats": generate_stats,
     "vllm-stats-busy": generate_busy,
+    "vllm-v0-stats": generate_v0_stats,
     "vllm-requests": generate_requests,
 }
 

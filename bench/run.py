@@ -1,7 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
-                        [--spans 1,10,30] [--busy 30] [--requests 1GiB]
+                        [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -21,6 +21,9 @@ Rows:
 - `N d busy` (`--busy`, days, default 30): the same stats lines of a server at its
   --max-num-seqs cap, requests waiting on every line, nothing preempted
   (--profile vllm-stats-busy): every window queueing, none a healthy minute's.
+- `N d V0` (`--v0`, days, default 30): a V0 server's stats lines (`INFO MM-DD HH:MM:SS
+  metrics.py:396] ...`, no process name), quiet and queueing by the hour
+  (--profile vllm-v0-stats).
 - `SIZE requests` (`--requests`, default 1GiB): a busy V1 chat server with request
   logging on, short prompts in `Received request` lines, uvicorn access lines
   (--profile vllm-requests): many short lines a GiB, many loose literal hits.
@@ -335,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         help="days of a stats-only V1 log of a server queueing on every line",
     )
     ap.add_argument(
+        "--v0",
+        default="30",
+        help="days of a stats-only V0 log, quiet and queueing by the hour",
+    )
+    ap.add_argument(
         "--requests",
         default="1GiB",
         help="sizes of the V1 log with request logging on (short prompts, access lines)",
@@ -380,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     todo += [(parse_size(s), s, "sglang-dense") for s in args.dense.split(",") if s]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats") for d in args.spans.split(",") if d]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats-busy") for d in args.busy.split(",") if d]
+    todo += [(span_bytes(float(d)), f"{d} d", "vllm-v0-stats") for d in args.v0.split(",") if d]
     todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
     todo += [(parse_size(s), s, "vllm-gz") for s in args.gz.split(",") if s]
     suffix = {
@@ -388,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "vllm-gz": " .gz",
         "vllm-stats": " stats",
         "vllm-stats-busy": " busy",
+        "vllm-v0-stats": " V0",
         "vllm-requests": " requests",
     }
     for size, size_text, profile in todo:
@@ -395,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         gz = profile.endswith("-gz")
         # MB/s counts the log's bytes: decompressed ones for a .gz.
         real = (path.with_suffix("") if gz else path).stat().st_size
-        name = size_text if profile.startswith("vllm-stats") else _fmt_size(size)
+        name = size_text if "stats" in profile else _fmt_size(size)
         label = name + suffix[profile]
         cmds: list[Timed] = []
         if grep and gz:

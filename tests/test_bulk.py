@@ -90,7 +90,8 @@ def test_samples_and_corpus_in_bulk_match_line_by_line(
 
 
 @pytest.mark.parametrize(
-    "profile", ["vllm", "vllm-stats", "vllm-stats-busy", "vllm-requests", "sglang-dense"]
+    "profile",
+    ["vllm", "vllm-stats", "vllm-stats-busy", "vllm-v0-stats", "vllm-requests", "sglang-dense"],
 )
 def test_generated_logs_in_bulk_match_line_by_line(
     profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

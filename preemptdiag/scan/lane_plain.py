@@ -1,4 +1,5 @@
-"""The lane's commonest block, in Python's `re`: plain V1 stats lines, without polars.
+"""The lane's commonest block, in Python's `re`: plain V1 (or V0) stats lines, without
+polars.
 
 A month of a vLLM server's log is a V1 stats line every 10 s per engine, and little
 else. The polars lane (lane.py) reads any mix of stats lines, heads and odd lines,
@@ -14,18 +15,23 @@ too (False).
 
 Exactness: this takes a block only where its plain lines would be plain to the
 polars lane too (its docstring says why a plain line's hits are the line-by-line
-scan's) and its odd lines odd to it, and gives what it gives:
+scan's; a V0 line's reasons are a V1 line's: normalise leaves it as it is, its stamp
+and no process name are the head's) and its odd lines odd to it, and gives what the
+line-by-line scan gives:
 
-- Each line is vLLM's head at INFO (bulk._HEAD's groups) followed by one match of
-  the V1 stats pattern that runs to the line's end (a plain line), or any other line.
+- Each line is vLLM's head at INFO (bulk._HEAD's groups, or V0's `INFO MM-DD
+  HH:MM:SS metrics.py:396] ` with no process name) followed by one match of the V1 or
+  V0 stats pattern that runs to the line's end (a plain line), or any other line.
+  (V0's lines are the polars lane's to refuse: it reads bulk._HEAD only.)
   The other lines that hold a literal of any signature (one scan of them, hyperscan's
   where it is installed) are the odd lines: at most lane.MAX_ODD, matched as line by
   line before anything is recorded, their hits in their place (lane.walk).
-- The V1 pattern's first match is the one right after the head, and the only one:
+- The pattern's first match is the one right after the head, and the only one:
   every match holds `Avg prompt throughput: `, which each plain line holds once
   (counted); a match starting in the head would have to hold its `] ` in what
-  precedes that literal, which is `Engine N: `, `N Engines Aggregated: ` or nothing.
-  (Which is why only this signature goes this way: PLAIN_SIGS.)
+  precedes that literal, which is `Engine N: `, `N Engines Aggregated: ` or nothing
+  (V1), or nothing (V0's starts with it). (Which is why only these signatures go this
+  way: PLAIN_SIGS.)
 - What follows the head holds no record start (a level word and a space: only the
   head's `INFO ` in each line, counted) and no stop literal of the lane (request
   text, Ray's repeat mark, V0's tag, rsyslog's escape). Every other signature the
@@ -77,11 +83,12 @@ from preemptdiag.scan.signatures import _INT_LIMIT, FLOAT_LIMIT, PERCENT_LIMIT, 
 _parser: Any = import_module("re._parser")
 ENABLED = True  # tests turn it off to hold the polars lane to the line-by-line scan
 # The signatures whose match cannot start in vLLM's head (the docstring's argument).
-PLAIN_SIGS = ("vllm.v1.stats",)
-# bulk._HEAD at INFO (a stats line's level), with the line captured whole.
+PLAIN_SIGS = ("vllm.v1.stats", "vllm.v0.stats")
+# bulk._HEAD at INFO (a stats line's level), with the line captured whole; or V0's
+# (`INFO MM-DD HH:MM:SS metrics.py:396] `: no process, no `[` before the file).
 _HEAD = (
-    r"\((?P<lane_proc>[^()\n]{1,80}?) pid=\d+\) INFO "
-    r"(?P<lane_ts>\d\d-\d\d \d\d:\d\d:\d\d) \[[\w.]+:\d+\] "
+    r"(?:\((?P<lane_proc>[^()\n]{1,80}?) pid=\d+\) )?INFO "
+    r"(?P<lane_ts>\d\d-\d\d \d\d:\d\d:\d\d) \[?[\w.]+:\d+\] "
 )
 # Level words after which a record could start (lines._RECORD_START), but `INFO `.
 _LEVELS = ("DEBUG ", "WARN", "ERROR ", "CRITICAL ")

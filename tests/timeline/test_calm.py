@@ -199,6 +199,16 @@ def test_a_busy_month_in_miniature_queueing_on_every_line_is_byte_identical(
     assert spy.placed > 500 and not spy.gave_up
 
 
+def test_a_v0_servers_quiet_and_queueing_hours_are_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # V0's stats lines (`INFO MM-DD HH:MM:SS metrics.py:396] ...`: no process name, no
+    # `[` before the file) go the plain lane's way too.
+    path = _generated(tmp_path, "vllm-v0-stats", 1_500_000, 5)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
+    assert spy.placed > 500 and not spy.gave_up
+
+
 def test_queues_that_come_and_go_stalls_and_blips_are_byte_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
