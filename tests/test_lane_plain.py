@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_equivalence import _bench_generator
 from test_lane import MATCHER, _assert_lane_exact, _replayed_engine_log
 
 import preemptdiag.scan.bulk as bulk
@@ -279,6 +280,34 @@ def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
         )
         assert got.returncode == 0, got.stderr
         assert got.stdout.split("\n")[0] == expected, path.name
+
+
+def test_a_big_v0_log_with_its_start_up_lines_never_imports_polars(tmp_path: Path) -> None:
+    # V0's start-up lines hold `llm_engine.py:` (a stop of the lanes): its first block
+    # goes line by line, without polars' bulk matching (a dense first block of a big
+    # file pays for polars otherwise), and every block after it goes this lane's way:
+    # no polars pages for a month of V0 stats lines. (Big from 1 MiB here: not to
+    # write 8 MiB.)
+    path = tmp_path / "v0.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES["vllm-v0-stats"](f, 3 << 20, 2)
+    assert " llm_engine.py:" in path.read_text(encoding="utf-8")[:4096]
+    code = (
+        "import sys\n"
+        "import preemptdiag.scan.bulk as bulk\n"
+        "from preemptdiag.ingest.sources import open_source\n"
+        "from preemptdiag.scan.matcher import Matcher\n"
+        "from preemptdiag.scan.passes import scan_fast\n"
+        "from preemptdiag.scan.signatures import load\n"
+        "bulk.BIG_BYTES = 1 << 20\n"
+        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
+        "print(r.calm_minutes > 0, 'polars' in sys.modules)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split("\n")[0] == "True False"
 
 
 def test_any_files_dense_blocks_try_it_and_sparse_ones_do_not(

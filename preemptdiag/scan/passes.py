@@ -272,8 +272,10 @@ def scan_fast(
                 # In line order, before the tail's pending lines (matched with the next
                 # block), and while `block` still holds the lines around them.
                 # (a big file's first block dense with candidate lines among them:
-                # polars is paid for the blocks after it anyway)
-                dense = big and len(items) >= bulk_mod.DENSE_LINES
+                # polars is paid for the blocks after it anyway; not for a block of
+                # plain stats lines the plain lane refused, as it refuses a V0 log's
+                # first block for its start-up lines: the blocks after it are its own)
+                dense = big and len(items) >= bulk_mod.DENSE_LINES and not plain
                 bulk = (seen >= bulk_mod.AFTER_LINES or dense) and blocks >= retry_at
                 if not match_block(matcher, src.name, items, result, bulk) and bulk:
                     retry_at = blocks + bulk_mod.RETRY_BLOCKS
