@@ -409,7 +409,7 @@ def lines(
     ]
 
 
-# What the rules make of a calm window (diagnose.window_rules.calm_judged, bound to a
+# What the rules make of a calm window (diagnose.window_rules.calm_judge, bound to a
 # run's visibility and thresholds): its class, confidence and why from its replica,
 # start, end, stats lines, KV max, Waiting max and share, Running max. (No rule before
 # PD108 can take it: nothing preempted or failed, KV under pressure.)
@@ -674,12 +674,12 @@ class CalmWindow(ReadWindow):
     what it keeps of the minute's row when asked (records.ReadWindow): the numbers
     _calm_window makes of them, without a Window, an Event and its fields a minute
     (a month of Windows: ~20 us each, a third of the time after the scan). Its time,
-    replica, peak line's time and what the rules make of it (confidence, why) are
+    replica, peak line's time and what the rules make of it (class, confidence, why) are
     held; the peak line's text is read from its frame's column (packed: Packed)."""
 
-    # Of Window's fields it holds its replica, start, end, confidence and why; the
+    # Of Window's fields it holds its replica, start, end, class, confidence and why; the
     # rest are read (these properties) or the same in every calm window (_CALM, class
-    # attributes). 120 bytes a window, where a Window's slots would make it ~330.
+    # attributes). ~130 bytes a window (with its GC head), where a Window's slots would make it ~330.
     __slots__ = (
         "_c",
         "_i",
