@@ -679,7 +679,7 @@ class CalmWindow(ReadWindow):
 
     # Of Window's fields it holds its replica, start, end, class, confidence and why; the
     # rest are read (these properties) or the same in every calm window (_CALM, class
-    # attributes). ~130 bytes a window (with its GC head), where a Window's slots would make it ~330.
+    # attributes). ~130 bytes a window, where a Window's slots would make it ~330.
     __slots__ = (
         "_c",
         "_i",
