@@ -107,6 +107,44 @@ def test_generated_logs_through_the_lane_match_line_by_line(
         assert sum(taken) >= len(taken) - 2 and len(taken) > 8
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        "INFO {t} metrics.py:396] ",  # V0's
+        "(VllmWorkerProcess pid=7) INFO {t} metrics.py:396] ",  # V0's, a process named
+        "INFO {t} [metrics.py:396] ",  # no process, a `[` before the file
+        "(APIServer pid=1) INFO {t} [metrics.py:396] ",  # V1's head
+    ],
+)
+def test_v0_lines_under_every_head_the_plain_lane_reads_match_line_by_line(
+    head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plain lane's head takes its process and the `[` as optional: each mix goes
+    # as the line-by-line scan reads it (quiet and queueing minutes, a preemption
+    # warning among them).
+    t0 = datetime(2026, 3, 1, 23, 50)
+    lines = []
+    for i in range(1200):
+        t = f"{t0 + timedelta(seconds=5 * i):%m-%d %H:%M:%S}"
+        waiting = (i // 60) % 2 * (i % 7 + 1)
+        lines.append(
+            head.format(t=t) + f"Avg prompt throughput: {i % 97}.5 tokens/s, Avg generation "
+            f"throughput: {i % 31}.0 tokens/s, Running: {i % 9 + 1} reqs, Swapped: 0 reqs, "
+            f"Pending: {waiting} reqs, GPU KV cache usage: {i % 80}.1%, CPU KV cache usage: "
+            "0.0%."
+        )
+        if i == 700:
+            lines.append(
+                f"WARNING {t} scheduler.py:1089] Sequence group cmpl-1 is preempted by "
+                "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+                "total_num_cumulative_preemption=1"
+            )
+    path = tmp_path / "v0.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch, block=1 << 14, every=True)
+    assert on.recognised["stats"] == 1200 and any(taken)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 @pytest.mark.parametrize("block", [1500, 8192, 1 << 20])
 def test_two_engines_across_midnight_with_odd_lines_match_line_by_line(

@@ -957,7 +957,7 @@ def _calm_segments(
     a late counter: diagnose/visibility.py), no V0 cumulative counter, KV under
     `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
     window is healthy, queueing or a stall whatever else the log holds, by its own
-    numbers: no rule before PD108 can take it (window_rules.calm_judged).
+    numbers: no rule before PD108 can take it (window_rules.calm_judge).
     Not: the first segment of each clock in the block that is no edge (a calm minute
     is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
     anything else of the block is in (an edge, another segment, an odd line): a window

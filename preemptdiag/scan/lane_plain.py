@@ -84,8 +84,9 @@ _parser: Any = import_module("re._parser")
 ENABLED = True  # tests turn it off to hold the polars lane to the line-by-line scan
 # The signatures whose match cannot start in vLLM's head (the docstring's argument).
 PLAIN_SIGS = ("vllm.v1.stats", "vllm.v0.stats")
-# bulk._HEAD at INFO (a stats line's level), with the line captured whole; or V0's
-# (`INFO MM-DD HH:MM:SS metrics.py:396] `: no process, no `[` before the file).
+# bulk._HEAD at INFO (a stats line's level), with the line captured whole, its process
+# and the `[` before the file optional: V0's is `INFO MM-DD HH:MM:SS metrics.py:396] `.
+# (Any mix of the two goes as line by line does: tests/test_lane.py, bench/lane_fuzz.py.)
 _HEAD = (
     r"(?:\((?P<lane_proc>[^()\n]{1,80}?) pid=\d+\) )?INFO "
     r"(?P<lane_ts>\d\d-\d\d \d\d:\d\d:\d\d) \[?[\w.]+:\d+\] "

@@ -181,30 +181,25 @@ def _generated(tmp_path: Path, profile: str, size: int, seed: int) -> Path:
     return path
 
 
-def test_a_quiet_month_in_miniature_is_byte_identical(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "profile",
+    [
+        "vllm-stats",  # a quiet server
+        # at its cap the whole time: every minute a queue, none preempted; its minutes
+        # are calm minutes too (queueing by PD109, as their windows would be)
+        "vllm-stats-busy",
+        # V0's lines (`INFO MM-DD HH:MM:SS metrics.py:396] ...`: no process name, no `[`
+        # before the file) go the plain lane's way too, quiet and queueing by the hour
+        "vllm-v0-stats",
+    ],
+)
+def test_a_month_in_miniature_is_byte_identical(
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    path = _generated(tmp_path, "vllm-stats", 1_500_000, 5)
-    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
-    assert spy.placed > 500 and not spy.gave_up
-
-
-def test_a_busy_month_in_miniature_queueing_on_every_line_is_byte_identical(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # A server at its cap the whole time: every minute a queue, none preempted. Its
-    # minutes are calm minutes too (queueing by PD109, as their windows would be).
-    path = _generated(tmp_path, "vllm-stats-busy", 1_500_000, 5)
-    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
-    assert spy.placed > 500 and not spy.gave_up
-
-
-def test_a_v0_servers_quiet_and_queueing_hours_are_byte_identical(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # V0's stats lines (`INFO MM-DD HH:MM:SS metrics.py:396] ...`: no process name, no
-    # `[` before the file) go the plain lane's way too.
-    path = _generated(tmp_path, "vllm-v0-stats", 1_500_000, 5)
+    path = _generated(tmp_path, profile, 1_500_000, 5)
     spy = _assert_same([path], monkeypatch, capsys, "--year", "2026")
     assert spy.placed > 500 and not spy.gave_up
 
