@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_equivalence import _bench_generator
-from test_lane import MATCHER, _assert_lane_exact, _replayed_engine_log
+from test_lane import MATCHER, _assert_lane_exact, _replayed_engine_log, _sglang_lines
 
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
@@ -256,6 +256,28 @@ def test_the_report_is_the_line_by_line_scans(
     assert reports[0] == reports[1]
 
 
+def _fresh_scan(path: Path, setup: str = "", shows: str = "r.calm_minutes > 0") -> str:
+    """What a scan of `path` in a process of its own shows (`shows`, then whether it
+    imported polars), after `setup` (lines of Python: bulk and lane_plain imported)."""
+    code = (
+        "import sys\n"
+        "import preemptdiag.scan.bulk as bulk\n"
+        "import preemptdiag.scan.lane_plain as lane_plain\n"
+        "from preemptdiag.ingest.sources import open_source\n"
+        "from preemptdiag.scan.matcher import Matcher\n"
+        "from preemptdiag.scan.passes import scan_fast\n"
+        "from preemptdiag.scan.signatures import load\n"
+        f"{setup}"
+        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
+        f"print({shows}, 'polars' in sys.modules)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert got.returncode == 0, got.stderr
+    return got.stdout.split("\n")[0]
+
+
 def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
     # The --jobs worker's memory: polars' pages are ~55 MiB of it. (A stats line at
     # WARNING sends its block the polars lane's way: the check would see polars.)
@@ -265,21 +287,8 @@ def test_a_scan_of_v1_stats_lines_never_imports_polars(tmp_path: Path) -> None:
     _v1_log(quiet, 6000)
     warned = tmp_path / "warned.log"
     _v1_log(warned, 40000, {20000: WARNING_STATS})
-    code = (
-        "import sys\n"
-        "from preemptdiag.ingest.sources import open_source\n"
-        "from preemptdiag.scan.matcher import Matcher\n"
-        "from preemptdiag.scan.passes import scan_fast\n"
-        "from preemptdiag.scan.signatures import load\n"
-        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
-        "print(r.calm_minutes > 0, 'polars' in sys.modules)\n"
-    )
-    for path, expected in ((quiet, "True False"), (warned, "True True")):
-        got = subprocess.run(
-            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT
-        )
-        assert got.returncode == 0, got.stderr
-        assert got.stdout.split("\n")[0] == expected, path.name
+    assert _fresh_scan(quiet) == "True False"
+    assert _fresh_scan(warned) == "True True"
 
 
 def test_a_big_v0_log_with_its_start_up_lines_never_imports_polars(tmp_path: Path) -> None:
@@ -292,22 +301,109 @@ def test_a_big_v0_log_with_its_start_up_lines_never_imports_polars(tmp_path: Pat
     with path.open("wb") as f:
         _bench_generator().PROFILES["vllm-v0-stats"](f, 3 << 20, 2)
     assert " llm_engine.py:" in path.read_text(encoding="utf-8")[:4096]
-    code = (
-        "import sys\n"
-        "import preemptdiag.scan.bulk as bulk\n"
-        "from preemptdiag.ingest.sources import open_source\n"
-        "from preemptdiag.scan.matcher import Matcher\n"
-        "from preemptdiag.scan.passes import scan_fast\n"
-        "from preemptdiag.scan.signatures import load\n"
-        "bulk.BIG_BYTES = 1 << 20\n"
-        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
-        "print(r.calm_minutes > 0, 'polars' in sys.modules)\n"
+    assert _fresh_scan(path, "bulk.BIG_BYTES = 1 << 20\n") == "True False"
+
+
+def _sglang_log(path: Path, n: int, start: datetime, prefill_until: int | None = None) -> None:
+    """`n` SGLang batch lines of one rank, two a second (a prefill line every ninth,
+    up to line `prefill_until`), queues coming and going, KV at 50 %."""
+    steps = [
+        (
+            "prefill" if k % 9 == 0 and (prefill_until is None or k < prefill_until) else "decode",
+            "TP0",
+            k % 2,
+            "0.50",
+            None,
+        )
+        for k in range(n)
+    ]
+    path.write_text("\n".join(_sglang_lines(steps, start)) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 16, 1 << 20])
+def test_a_dense_sglang_log_goes_this_way_from_its_first_block(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Decode and prefill lines share each block: both signatures' lines are read in
+    # one pass, rolled up apart and walked in line order.
+    path = tmp_path / "sglang.log"
+    _sglang_log(path, 6000, datetime(2025, 11, 2, 10, 0))
+    said = _spy(monkeypatch)
+    on, _ = _assert_lane_exact(path, monkeypatch, block, every=True)
+    assert said[True] >= (1 if block == 1 << 20 else 10) and said[None] == said[False] == 0
+    assert {h.sig for h in on.hits} == {"sglang.stats.decode", "sglang.stats.prefill"}
+    assert on.recognised == {"stats": 6000}
+
+
+@pytest.mark.parametrize(
+    ("start", "prefill_until", "block"),
+    [
+        (datetime(2025, 11, 2, 10, 0), None, 1 << 16),
+        (datetime(2025, 11, 2, 10, 0), None, 1 << 20),
+        # One block across midnight: a date is SGLang's clock, and each line's clock
+        # run is counted in the block's line order over both signatures' lines
+        # (prefill lines on both sides of midnight, or only before it).
+        (datetime(2025, 11, 2, 23, 40), None, 1 << 20),
+        (datetime(2025, 11, 2, 23, 40), 1000, 1 << 20),
+    ],
+    ids=["64k-blocks", "1m-blocks", "midnight", "midnight-decode-only-after"],
+)
+def test_sglang_lines_roll_up_and_go_calm_as_the_other_ways(
+    start: datetime,
+    prefill_until: int | None,
+    block: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "sglang.log"
+    _sglang_log(path, 6000, start, prefill_until)
+    said = _spy(monkeypatch)
+    _assert_lane_exact(path, monkeypatch, block, every=True)
+    polars_lane = _calm(path, monkeypatch, False, block)
+    mine = _calm(path, monkeypatch, True, block)
+    assert said[True] >= (2 if block == 1 << 20 else 20) and said[None] == said[False] == 0
+    # (64 KiB is ~3.5 minutes of these lines: fewer calm minutes, more edges)
+    assert mine.calm_minutes > (25 if block == 1 << 16 else 40)
+    assert {(c.sig, c.sglang) for c in mine.calm} == {
+        ("sglang.stats.decode", True),
+        ("sglang.stats.prefill", True),
+    }
+    assert _table(mine) == _table(polars_lane)
+    assert mine.hits == polars_lane.hits
+    # the stamps' parts as SGLang prints them: the day is a date
+    days = {d for c in mine.calm if c.frame for d in c.frame.column("day")}
+    assert days == ({"2025-11-02"} if start.hour < 23 else {"2025-11-02", "2025-11-03"})
+    assert {p for c in mine.calm if c.frame for p in c.frame.column("peak_proc")} == {"TP0"}
+
+
+def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
+    # A retraction among a block's last lines waits for the next block (a wrapped
+    # record may go on there), so the block goes line by line: without polars' bulk
+    # matching, which would pay its pages for that one block. (Big from 1 MiB here,
+    # bulk from 1,000 lines: not to write 8 MiB.)
+    path = tmp_path / "sglang.log"
+    _sglang_log(path, 24_000, datetime(2025, 11, 2, 10, 0))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    end, k = 0, 0
+    for _ in range(2):  # (the second block's last line: k - 1: bulk waits for lines before)
+        start = end
+        while end + len(lines[k]) + 1 <= start + (1 << 20):
+            end += len(lines[k]) + 1
+            k += 1
+    lines[k - 4] = lines[k - 4][:22] + "KV cache pool is full. Retract requests. #retracted_reqs: 2"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    setup = (
+        "from collections import Counter\n"
+        "bulk.BIG_BYTES, bulk.AFTER_LINES = 1 << 20, 1000\n"
+        "said, take = Counter(), lane_plain.take\n"
+        "def spy(*args):\n"
+        "    said[got := take(*args)] += 1\n"
+        "    return got\n"
+        "lane_plain.take = spy\n"
     )
-    got = subprocess.run(
-        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT
-    )
-    assert got.returncode == 0, got.stderr
-    assert got.stdout.split("\n")[0] == "True False"
+    shows = "r.recognised['preemption'], said[False], said[None]"
+    # (the block with the retraction in its tail refused, every other one taken)
+    assert _fresh_scan(path, setup, shows) == "1 1 0 False"
 
 
 def test_any_files_dense_blocks_try_it_and_sparse_ones_do_not(

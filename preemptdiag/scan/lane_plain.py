@@ -1,14 +1,17 @@
-"""The lane's commonest block, in Python's `re`: plain V1 (or V0) stats lines, without
-polars.
+"""The lane's commonest blocks, in Python's `re`: plain vLLM stats lines (V1's or V0's)
+and plain SGLang batch lines, without polars.
 
 A month of a vLLM server's log is a V1 stats line every 10 s per engine, and little
-else. The polars lane (lane.py) reads any mix of stats lines, heads and odd lines,
+else; a dense SGLang log is two batch lines a second (decode, and prefill now and
+then). The polars lane (lane.py) reads any mix of stats lines, heads and odd lines,
 at ~50 ms a 1 MiB block in ~44 queries, and importing polars costs a --jobs worker
-~55 MiB of its pages. A block whose candidate lines are plain V1 stats lines, with a
-few odd ones among them (start-up lines, a KV cache line), needs none of that: one
-`re.finditer` of vLLM's head and the signature's pattern takes every line's groups
-(~2 us a line), each stream-minute's aggregates are added up as Builder adds them
-(rollup.py) a column at a time, and the odd lines are matched as line by line. A
+~55 MiB of its pages (70 MiB with its regexes' caches). A block whose candidate lines
+are plain stats lines, with a few odd ones among them (start-up lines, a KV cache
+line, a retraction), needs none of that: one `re.finditer` of the head and the
+signatures' patterns (_Shape) takes every line's groups (~2-3 us a line), each
+signature's lines become columns (_Block), each stream-minute's aggregates are added
+up as Builder adds them (rollup.py) a column at a time, the signatures' segments are
+walked in line order (lane.walk), and the odd lines are matched as line by line. A
 block of anything else is the polars lane's to judge (`take` returns None, having
 recorded nothing), or the line-by-line scan's where the polars lane would refuse it
 too (False).
@@ -19,25 +22,32 @@ scan's; a V0 line's reasons are a V1 line's: normalise leaves it as it is, its s
 and no process name are the head's) and its odd lines odd to it, and gives what the
 line-by-line scan gives:
 
-- Each line is vLLM's head at INFO (bulk._HEAD's groups, or V0's `INFO MM-DD
-  HH:MM:SS metrics.py:396] ` with no process name) followed by one match of the V1 or
-  V0 stats pattern that runs to the line's end (a plain line), or any other line.
-  (V0's lines are the polars lane's to refuse: it reads bulk._HEAD only.)
+- Each line is a head followed by a plain match, or any other line. vLLM's: its head
+  at INFO (bulk._HEAD's groups, or V0's `INFO MM-DD HH:MM:SS metrics.py:396] ` with no
+  process name) and one match of the V1 or V0 stats pattern that runs to the line's
+  end (one signature a block: a mix goes line by line). (V0's lines are the polars
+  lane's to refuse: it reads bulk._HEAD only.) SGLang's: its head as normalise takes
+  it off (lane._SG_HEAD) and a whole record of the decode or the prefill signature's
+  plain shape, where its pattern matches once with the same fields
+  (tests/test_signatures.py).
   The other lines that hold a literal of any signature (one scan of them, hyperscan's
   where it is installed) are the odd lines: at most lane.MAX_ODD, matched as line by
   line before anything is recorded, their hits in their place (lane.walk).
-- The pattern's first match is the one right after the head, and the only one:
+- vLLM's pattern's first match is the one right after the head, and the only one:
   every match holds `Avg prompt throughput: `, which each plain line holds once
   (counted); a match starting in the head would have to hold its `] ` in what
   precedes that literal, which is `Engine N: `, `N Engines Aggregated: ` or nothing
   (V1), or nothing (V0's starts with it). (Which is why only these signatures go this
   way: PLAIN_SIGS.)
-- What follows the head holds no record start (a level word and a space: only the
-  head's `INFO ` in each line, counted) and no stop literal of the lane (request
-  text, Ray's repeat mark, V0's tag, rsyslog's escape). Every other signature the
-  plain lines are candidates of (the literals they hold) is shown to match none of
-  them: a literal its pattern requires is in no plain line, or (a pattern after a
-  literal look-behind, `(?<!L)R`) every R follows an L.
+- What follows vLLM's head holds no record start (a level word and a space: only the
+  head's `INFO ` in each line, counted); an SGLang line holds no level word and no
+  process tag, so its record is what follows its head, unnamed. No plain line holds
+  a stop literal of the lane (request text, Ray's repeat mark, V0's tag, rsyslog's
+  escape). Every other signature the plain lines are candidates of (the literals they
+  hold) is shown to match none of them: a literal its pattern requires is in no
+  record, or (a pattern after a literal look-behind, `(?<!L)R`) every R follows an L,
+  or, for a pattern _requires cannot read (SGLang's decode pattern, whose literal a
+  prefill line holds), its search of each record finds nothing.
 - Every value converts (bulk._converted, the converters themselves), every stamp is
   a real time (rollup.stamp_of).
 
@@ -60,9 +70,17 @@ from operator import add
 from typing import Any, overload
 from weakref import WeakKeyDictionary
 
-from preemptdiag.model.records import CALM_COLUMNS, CALM_MEANS, CalmRows, Columns, column_of
+from preemptdiag.model.records import (
+    CALM_COLUMNS,
+    CALM_MEANS,
+    CalmRows,
+    Columns,
+    WrapperStamp,
+    column_of,
+)
 from preemptdiag.scan import lane
 from preemptdiag.scan.bulk import _BAD, _converted
+from preemptdiag.scan.lines import _LEVEL_WORDS, sglang_rank
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.prefilter import Literals
 from preemptdiag.scan.rollup import (
@@ -77,80 +95,140 @@ from preemptdiag.scan.rollup import (
     stats_preemptions,
 )
 from preemptdiag.scan.rust_regex import anchored, ascii_only
-from preemptdiag.scan.signatures import _INT_LIMIT, FLOAT_LIMIT, PERCENT_LIMIT, Signature
+from preemptdiag.scan.signatures import (
+    _INT_LIMIT,
+    FLOAT_LIMIT,
+    PERCENT_LIMIT,
+    PLAIN_PRE,
+    Signature,
+)
 
 # re's own parser (sre_parse): what literal text a pattern requires (_requires)
 _parser: Any = import_module("re._parser")
 ENABLED = True  # tests turn it off to hold the polars lane to the line-by-line scan
-# The signatures whose match cannot start in vLLM's head (the docstring's argument).
+# The signatures read this way, by head: vLLM's (whose match cannot start in the head:
+# the docstring's argument; one a block, as any mix of V1 and V0 goes as line by line
+# does: tests/test_lane.py, bench/lane_fuzz.py) and SGLang's (its decode and prefill
+# batch lines, which share its blocks, each a whole record of its plain shape).
 PLAIN_SIGS = ("vllm.v1.stats", "vllm.v0.stats")
+SGLANG_SIGS = ("sglang.stats.decode", "sglang.stats.prefill")
+_GROUPS = ((False, ("vllm.v1.stats",)), (False, ("vllm.v0.stats",)), (True, SGLANG_SIGS))
 # bulk._HEAD at INFO (a stats line's level), with the line captured whole, its process
 # and the `[` before the file optional: V0's is `INFO MM-DD HH:MM:SS metrics.py:396] `.
-# (Any mix of the two goes as line by line does: tests/test_lane.py, bench/lane_fuzz.py.)
 _HEAD = (
     r"(?:\((?P<lane_proc>[^()\n]{1,80}?) pid=\d+\) )?INFO "
     r"(?P<lane_ts>\d\d-\d\d \d\d:\d\d:\d\d) \[?[\w.]+:\d+\] "
 )
+# SGLang's head as lines.normalise takes it off (lane._SG_HEAD: no fraction in the
+# stamp, one space after it), its rank in lane_proc.
+_SG_HEAD = (
+    r"\[(?P<lane_ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?P<lane_proc>(?: [A-Z_]+[0-9]+)*)\] "
+)
 # Level words after which a record could start (lines._RECORD_START), but `INFO `.
 _LEVELS = ("DEBUG ", "WARN", "ERROR ", "CRITICAL ")
+# What an SGLang line may not hold for normalise to leave its record as the text
+# after the head, alone and unnamed (lane._plan's test): a level word (an engine stamp,
+# a record start), a process tag.
+_SG_STOPS = (*_LEVEL_WORDS, " pid=")
+_GROUP = re.compile(r"\(\?P<(\w+)>")
 
 
-class _Full:
-    """A signature's line pattern: a plain line's groups, or any other line whole."""
+def _renamed(j: int, m: re.Match[str]) -> str:
+    return f"(?P<s{j}_{m[1]}>"
 
-    def __init__(self, sig: Signature, pattern: str) -> None:
-        self.regex = re.compile(
-            rf"^(?:(?P<lane_line>{_HEAD}(?P<lane_m>{pattern}))(?P<lane_tail>[^\n]*)"
-            r"|(?P<lane_other>[^\n]*))",
-            re.M,
-        )
+
+class _Shape:
+    """The line pattern of one head's signatures: a plain line of one of them (its
+    groups; `lane_m{j}` says which), or any other line whole. vLLM's: the head right
+    before the signature's one match, which runs to the line's end. SGLang's: the head
+    before a whole record of one signature's plain shape (signatures.py: `pattern`
+    matches it once there, with the same fields), its groups named `s{j}_` each."""
+
+    def __init__(self, sigs: tuple[Signature, ...], bodies: tuple[str, ...], sglang: bool) -> None:
+        self.sigs, self.sglang = sigs, sglang
+        if sglang:
+            alts = "|".join(
+                f"(?P<lane_m{j}>{_GROUP.sub(partial(_renamed, j), body)})"
+                for j, body in enumerate(bodies)
+            )
+            line = rf"(?P<lane_line>{_SG_HEAD}(?P<lane_rec>{alts}))$"
+        else:
+            (body,) = bodies
+            line = rf"(?P<lane_line>{_HEAD}(?P<lane_m0>{body}))(?P<lane_tail>[^\n]*)"
+        self.regex = re.compile(rf"^(?:{line}|(?P<lane_other>[^\n]*))", re.M)
         at = {name: k - 1 for name, k in self.regex.groupindex.items()}
-        self.line, self.m, self.tail, self.other = (
-            at[f"lane_{k}"] for k in ("line", "m", "tail", "other")
+        self.line, self.other, self.proc, self.ts = (
+            at[f"lane_{k}"] for k in ("line", "other", "proc", "ts")
         )
-        self.proc, self.ts = at["lane_proc"], at["lane_ts"]
-        self.fields = {name: at[name] for name in sig.fields}
-        (self.literal,) = sig.prefilter
+        self.tail = at.get("lane_tail")
+        self.rec = at.get("lane_rec", self.line)  # (the record: vLLM's is the line)
+        self.m = [at[f"lane_m{j}"] for j in range(len(sigs))]
+        name = "s{j}_{f}" if sglang else "{f}"
+        # field -> its group, None where the shape has no place for it (then None, as
+        # `pattern` leaves it)
+        self.fields = [
+            {f: at.get(name.format(j=j, f=f)) for f in sig.fields} for j, sig in enumerate(sigs)
+        ]
+        self.pre = [at.get(f"s{j}_{PLAIN_PRE}") for j in range(len(sigs))]
+        self.literals = tuple(sig.prefilter[0] for sig in sigs)
+        # (where the hour is in a stamp; how much of a minute names its clock)
+        self.at, self.clock = (11, 10) if sglang else (6, 5)
 
 
-# By signature (a Signature holds dicts: no hash); the signature is kept beside it, so
-# its id is not reused.
-_FULL: dict[int, tuple[Signature, _Full | None]] = {}
+# By the signatures' ids (a Signature holds dicts: no hash); the signatures are kept
+# beside it, so their ids are not reused.
+_SHAPES: dict[tuple[int, ...], tuple[tuple[Signature, ...], _Shape | None]] = {}
 
 
-def _full(sig: Signature) -> _Full | None:
-    got = _FULL.get(id(sig))
+def _shape(sigs: tuple[Signature, ...], sglang: bool) -> _Shape | None:
+    key = tuple(map(id, sigs))
+    got = _SHAPES.get(key)
     if got is None:
-        got = _FULL[id(sig)] = (sig, _made(sig))
+        got = _SHAPES[key] = (sigs, _made(sigs, sglang))
     return got[1]
 
 
-def _made(sig: Signature) -> _Full | None:
+def _made(sigs: tuple[Signature, ...], sglang: bool) -> _Shape | None:
     # (its ASCII spelling: the same matches on ASCII text, and `re` reads it as
     # `regex` does; not rust_ok, which would import polars)
-    pattern = ascii_only(sig.pattern)
-    if (
-        pattern is None
-        or anchored(sig.pattern)
-        or len(sig.prefilter) != 1
-        or not lane.fields_readable(sig)
-    ):
-        return None
+    bodies = []
+    for sig in sigs:
+        body = ascii_only(sig.plain if sglang else sig.pattern)
+        if (
+            body is None
+            or (sglang and not _plain_ok(sig, body))
+            or (not sglang and anchored(sig.pattern))
+            or len(sig.prefilter) != 1
+            or not lane.fields_readable(sig)
+        ):
+            return None
+        bodies.append(body)
     try:
-        return _Full(sig, pattern)
+        return _Shape(sigs, tuple(bodies), sglang)
     except re.error:
         return None
 
 
-_PLAIN: WeakKeyDictionary[Matcher, tuple[Signature, ...]] = WeakKeyDictionary()
+def _plain_ok(sig: Signature, body: str) -> bool:
+    """Whether sig's plain shape can be one alternative among others: its own groups
+    (no back reference), a match within a line, no anchor of its own."""
+    return bool(sig.plain) and not any(s in body for s in ("(?P=", "\\n", "^", "$", "\\A", "\\Z"))
 
 
-def _plain_sigs(matcher: Matcher) -> tuple[Signature, ...]:
+_PLAIN: WeakKeyDictionary[Matcher, tuple[_Shape, ...]] = WeakKeyDictionary()
+
+
+def _shapes(matcher: Matcher) -> tuple[_Shape, ...]:
     got = _PLAIN.get(matcher)
     if got is None:
-        got = _PLAIN[matcher] = tuple(
-            s for s in matcher.sigs if s.builtin and s.id in PLAIN_SIGS and _full(s) is not None
+        by_id = {s.id: s for s in matcher.sigs if s.builtin}
+        made = (
+            _shape(tuple(by_id[i] for i in ids if i in by_id), sglang)
+            for sglang, ids in _GROUPS
+            if any(i in by_id for i in ids)
         )
+        got = _PLAIN[matcher] = tuple(s for s in made if s is not None)
     return got
 
 
@@ -168,17 +246,16 @@ def worth(matcher: Matcher, block: bytearray, size: int) -> bool:
     if not ENABLED:
         return False
     head = min(size, WORTH_SAMPLE)
-    for sig in _plain_sigs(matcher):
-        full = _full(sig)
-        assert full is not None
-        literal = full.literal.encode()
-        sampled = block.count(literal, 0, head)
-        # (a few in 64 KiB: no need to count its lines)
-        if sampled < 4 or sampled * WORTH_SHARE < block.count(b"\n", 0, head):
-            continue
-        n = block.count(literal, 0, size)
-        if n >= WORTH_LINES and n * WORTH_SHARE >= block.count(b"\n", 0, size):
-            return True
+    for shape in _shapes(matcher):
+        for text in shape.literals:
+            literal = text.encode()
+            sampled = block.count(literal, 0, head)
+            # (a few in 64 KiB: no need to count its lines)
+            if sampled < 4 or sampled * WORTH_SHARE < block.count(b"\n", 0, head):
+                continue
+            n = block.count(literal, 0, size)
+            if n >= WORTH_LINES and n * WORTH_SHARE >= block.count(b"\n", 0, size):
+                return True
     return False
 
 
@@ -191,7 +268,7 @@ def take(
     odd: lane.Odd,
 ) -> bool | None:
     """Match and roll up the block's text (ASCII, whole lines) as the line-by-line
-    scan would, if its candidate lines are plain V1 stats lines and a few odd ones
+    scan would, if its candidate lines are plain stats lines and a few odd ones
     (matched as line by line: `odd`, as lane.try_block has it): True. False, with
     nothing recorded, when the polars lane would not take the block either (a
     candidate line too long or with a stop literal); None when it is the polars
@@ -201,69 +278,75 @@ def take(
     got = _lines(matcher, text)
     if got is None:
         return None
-    sig, full, rows, index, odd_lines = got
+    shape, sets, odd_lines = got
     if any(len(t) > lane.MAX_LINE or _holds_stop(t) for _, _, t in odd_lines):
         return False
-    block = _Block.of(sig, full, rows, index, first_line)
-    if block is None:
-        return None
-    plain = text if index is None else "\n".join(block.rows.texts)
-    if not _alone(matcher, sig, full, block, plain):
-        return None
+    blocks: list[_Block] = []
+    for j, rows, index in sets:
+        block = _Block.of(shape, j, rows, index, first_line)
+        if block is None or not _alone(matcher, block, text if index is None else None):
+            return None
+        block.tag, block.lines = len(blocks), []  # (lane.walk's set; the lines read)
+        blocks.append(block)
     sink = result.sink
     assert sink is not None
-    others = _odd_hits(matcher, odd_lines, odd, block, index, first_line, sink.clock)
+    others = _odd_hits(matcher, odd_lines, odd, blocks, first_line, sink.clock)
     if isinstance(others, bool):
         return None if others else False
-    _roll(source, block, index, others, result)
+    _roll(source, blocks, others, result)
     return True
 
 
-Lines = tuple[
-    Signature,
-    _Full,
-    list[tuple[str | None, ...]],
-    list[int] | None,
-    list[tuple[int, int, str]],
-]
+# One signature's plain lines: which of the shape's, their groups, and their line
+# indexes in the block (None when every line is one).
+Set = tuple[int, list[tuple[str | None, ...]], list[int] | None]
 
 
-def _lines(matcher: Matcher, text: str) -> Lines | None:
-    """(the signature, its pattern, each plain line's groups, their line indexes in
-    the block (None when every line is one), the other candidate lines (line index,
-    where it starts, its text)), or None when the block does not qualify: no plain
-    line, too many other candidate lines."""
-    sig = _first(matcher, text)
-    if sig is None:
+def _lines(
+    matcher: Matcher, text: str
+) -> tuple[_Shape, list[Set], list[tuple[int, int, str]]] | None:
+    """(the shape, the plain lines of each of its signatures that has some, the other
+    candidate lines (line index, where it starts, its text)), or None when the block
+    does not qualify: no plain line, too many other candidate lines."""
+    shape = _first(matcher, text)
+    if shape is None:
         return None
-    full = _full(sig)
-    assert full is not None
-    got = [m.groups() for m in full.regex.finditer(text)]
+    got = [m.groups() for m in shape.regex.finditer(text)]
     lines = text.count("\n") + (not text.endswith("\n"))
     if len(got) == lines + 1:
         got.pop()  # the empty match after the last newline
     if len(got) != lines:
         return None
-    m, tail, other = full.m, full.tail, full.other
-    rows = [g for g in got if g[m] is not None]
-    if not rows or any(g[tail] for g in rows):
+    line, other, tail = shape.line, shape.other, shape.tail
+    if tail is not None and any(g[tail] for g in got if g[line] is not None):
         return None  # (something after the match: the polars lane's to judge)
-    if len(rows) == len(got):
-        return sig, full, rows, None, []
-    rest: list[str] = [g[other] for g in got if g[m] is None]
+    if len(shape.m) == 1 and all(g[line] is not None for g in got):
+        return shape, [(0, got, None)], []
+    plain = [k for k, g in enumerate(got) if g[line] is not None]
+    if not plain:
+        return None
+    sets: list[Set] = []
+    for j, m in enumerate(shape.m):
+        index = plain if len(shape.m) == 1 else [k for k in plain if got[k][m] is not None]
+        if index:
+            sets.append((j, [got[k] for k in index], index))
+    if len(plain) == len(got):
+        return shape, sets, []
+    rest: list[str] = [g[other] for g in got if g[line] is None]
     found = Literals.of(matcher.literals).found("\n".join(rest).encode("ascii"))
-    index = [k for k, g in enumerate(got) if g[m] is not None]
     if not found:
-        return sig, full, rows, index, []
+        return shape, sets, []
     # The candidate lines among the others (a literal in them: the prefilter's test)
     # and where each starts (ASCII: a character is a byte).
-    cands = [k for k, g in enumerate(got) if g[m] is None and any(lit in g[other] for lit in found)]
+    cands = [
+        k for k, g in enumerate(got) if g[line] is None and any(lit in g[other] for lit in found)
+    ]
     if len(cands) > lane.MAX_ODD:
         return None
-    line, starts = full.line, [0]
+    starts = [0]
     for g in got:
-        starts.append(starts[-1] + 1 + (len(g[other]) if g[m] is None else len(g[line])))
-    return sig, full, rows, index, [(k, starts[k], got[k][other]) for k in cands]
+        starts.append(starts[-1] + 1 + len(g[other] if g[line] is None else g[line]))
+    return shape, sets, [(k, starts[k], got[k][other]) for k in cands]
 
 
 def _holds_stop(text: str) -> bool:
@@ -274,8 +357,7 @@ def _odd_hits(
     matcher: Matcher,
     odd_lines: list[tuple[int, int, str]],
     odd: lane.Odd,
-    block: _Block,
-    index: list[int] | None,
+    blocks: list[_Block],
     first_line: int,
     clock: tuple[str, str] | None,
 ) -> dict[int, ScanResult] | bool:
@@ -287,7 +369,6 @@ def _odd_hits(
     as a plain line of another signature)."""
     if not odd_lines:
         return {}
-    assert index is not None
     out = lane.match_odd(
         matcher,
         odd,
@@ -301,12 +382,19 @@ def _odd_hits(
     # it would line by line, and the block's first edges find its clock set. (lane.py
     # allows only the sink's: a log's start-up lines, above its first stats line,
     # sent its first block line by line.)
-    ts = block.rows.ts
-    first = ("e", ts[0][:5]) if ts[0] is not None else None
+    first = min(blocks, key=lambda b: b.place(0))
+    opening = {clock, lane._clock(first.rows, 0)}
     for k, got in out.items():
-        above = bisect_left(index, k) - 1
-        stamp_now = ts[above] if above >= 0 else None
-        allowed = {("e", stamp_now[:5])} if stamp_now is not None else {clock, first}
+        above: list[tuple[int, _Block, int]] = []
+        for b in blocks:
+            assert b.index is not None  # (odd lines: not every line is this one's)
+            i = bisect_left(b.index, k) - 1
+            if i >= 0:
+                above.append((b.index[i], b, i))
+        allowed: set[tuple[str, str] | None] = opening
+        if above:
+            _, b, i = max(above, key=lambda a: a[0])
+            allowed = {lane._clock(b.rows, i)}
         for h in got.hits:
             when = stamp(h)
             if when[0] is None or when[1] is None or when[0] not in allowed:
@@ -314,30 +402,54 @@ def _odd_hits(
     return out
 
 
-def _first(matcher: Matcher, text: str) -> Signature | None:
-    """The plain signature of the block's first line holding one of their literals."""
-    sigs = _plain_sigs(matcher)
+def _first(matcher: Matcher, text: str) -> _Shape | None:
+    """The shape of the block's first line holding a literal of one of its signatures
+    and fitting it."""
     best, at = None, len(text)
-    for sig in sigs:
-        full = _full(sig)
-        assert full is not None
-        p = text.find(full.literal, 0, at)
-        if p == -1:
-            continue
-        start = text.rfind("\n", 0, p) + 1
-        m = full.regex.match(text, start)
-        if m is not None and m.group("lane_m") is not None:
-            best, at = sig, p
+    for shape in _shapes(matcher):
+        for literal in shape.literals:
+            p = text.find(literal, 0, at)
+            if p == -1:
+                continue
+            start = text.rfind("\n", 0, p) + 1
+            m = shape.regex.match(text, start)
+            if m is not None and m.group("lane_line") is not None:
+                best, at = shape, p
     return best
 
 
 class _Block:
-    """A block's plain lines as columns (lane._Rows) and what the rollups read."""
+    """One signature's plain lines of a block as columns (lane._Rows), and what the
+    rollups read."""
 
-    __slots__ = ("floats", "lower", "minutes", "npre", "rows", "secs", "streams")
+    __slots__ = (
+        "floats",
+        "index",
+        "lines",
+        "lower",
+        "minutes",
+        "npre",
+        "rows",
+        "secs",
+        "shape",
+        "streams",
+        "tag",
+    )
 
-    def __init__(self, rows: lane._Rows, minutes: list[str], secs: list[str]) -> None:
+    def __init__(
+        self,
+        shape: _Shape,
+        tag: int,
+        rows: lane._Rows,
+        lines: list[str],
+        index: list[int] | None,
+        minutes: list[str],
+        secs: list[str],
+    ) -> None:
+        self.shape, self.tag = shape, tag
         self.rows = rows
+        self.lines = lines  # (the whole lines: what the prefilter reads)
+        self.index = index  # where each line is in the block (None: every line is one)
         self.minutes = minutes
         self.secs = secs
         self.streams: list[tuple[object, ...]] | None = None  # None: one stream
@@ -346,24 +458,35 @@ class _Block:
         self.npre: list[int] | None = None  # None: no line carries a count
         self.lower: list[bool] | None = None
 
+    def place(self, i: int) -> int:
+        """Where line i is among the block's lines."""
+        return i if self.index is None else self.index[i]
+
     @classmethod
     def of(
         cls,
-        sig: Signature,
-        full: _Full,
+        shape: _Shape,
+        j: int,
         groups: list[tuple[str | None, ...]],
         index: list[int] | None,
         first_line: int,
     ) -> _Block | None:
-        """The columns, None when a value does not convert or a stamp is no time.
-        Empties `groups`, and lets each field's texts go once converted: a 1 MiB
-        block's groups are ~5 MB of str objects, most of its peak memory."""
+        """The columns of the shape's j-th signature's lines, None when a value does not
+        convert or a stamp is no time. Empties `groups`, and lets each field's texts
+        go once converted: a 1 MiB block's groups are ~5 MB of str objects, most of its
+        peak memory."""
+        sig = shape.sigs[j]
+        n = len(groups)
         cols: list[Sequence[Any]] = list(zip(*groups, strict=True))
         groups.clear()
         typed: dict[str, list[Any]] = {}
         for name, typ in sig.fields.items():
-            raw = cols[full.fields[name]]
-            cols[full.fields[name]] = ()  # (its texts go with `raw`)
+            at = shape.fields[j][name]
+            if at is None:
+                typed[name] = [None] * n
+                continue
+            raw = cols[at]
+            cols[at] = ()  # (its texts go with `raw`)
             if typ == "str":
                 typed[name] = list(raw)
                 continue
@@ -379,14 +502,21 @@ class _Block:
                 return None
             conv[None] = None
             typed[name] = list(map(conv.__getitem__, raw))
-        ts: list[str | None] = list(cols[full.ts])  # (a plain line's stamp: never None)
-        minutes = [t[:11] for t in ts if t is not None]
-        secs = [t[12:] for t in ts if t is not None]
-        if not _real(minutes, secs):
+        ts: list[str] = list(cols[shape.ts])  # (a plain line's stamp: never None)
+        cut = shape.at + 5  # `MM-DD HH:MM` / `YYYY-MM-DD HH:MM`
+        minutes = [t[:cut] for t in ts]
+        secs = [t[cut + 1 :] for t in ts]
+        if not _real(minutes, secs, shape.sglang):
             return None
-        texts: list[str] = list(cols[full.line])
-        matched: Sequence[str] = cols[full.m]
-        n = len(texts)
+        lines: list[str] = list(cols[shape.line])
+        texts: list[str] = lines if shape.rec == shape.line else list(cols[shape.rec])
+        pre = shape.pre[j]
+        if pre is not None:  # (SGLang's)
+            start: Sequence[int] = _lengths(cols[pre])
+            proc = _ranks(cols[shape.proc])
+        else:
+            start = _Starts(texts, cols[shape.m[j]])
+            proc = _one_each(list(cols[shape.proc]))
         lineno = (
             list(range(first_line, first_line + n))
             if index is None
@@ -396,13 +526,13 @@ class _Block:
             sig=sig,
             lineno=lineno,
             texts=texts,
-            start=_Starts(texts, matched),
-            proc=_one_each(list(cols[full.proc])),
-            ts=ts,
-            wrapper=None,
+            start=start,
+            proc=proc,
+            ts=[None] * n if shape.sglang else ts,  # type: ignore[arg-type]
+            wrapper=ts if shape.sglang else None,
             typed=typed,
         )
-        block = cls(rows, minutes, secs)
+        block = cls(shape, j, rows, lines, index, minutes, secs)
         block._derive()
         return block
 
@@ -505,13 +635,17 @@ def _convert(raw: list[str], typ: str) -> dict[Any, Any] | None:
     return dict(conv)
 
 
-def _real(minutes: list[str], secs: list[str]) -> bool:
-    """Whether every `MM-DD HH:MM` and seconds is a real time (rollup.stamp_of): each
-    hour's day and hour, then minutes and seconds up to 59."""
-    hours = {m[:8] for m in set(minutes)}
-    if any(stamp_of(None, f"{h}:00:00")[1] is None for h in hours):
-        return False
-    return max(secs) <= "59" and max(m[9:] for m in set(minutes)) <= "59"
+def _real(minutes: list[str], secs: list[str], sglang: bool) -> bool:
+    """Whether every minute (`MM-DD HH:MM`, SGLang's `YYYY-MM-DD HH:MM`) and seconds
+    is a real time (rollup.stamp_of): each hour's day and hour, then minutes and
+    seconds up to 59."""
+    at = 11 if sglang else 6
+    distinct = set(minutes)
+    for hour in {m[: at + 2] for m in distinct}:
+        wrapper = WrapperStamp("sql", f"{hour}:00:00") if sglang else None
+        if stamp_of(wrapper, None if sglang else f"{hour}:00:00")[1] is None:
+            return False
+    return max(secs) <= "59" and max(m[at + 3 :] for m in distinct) <= "59"
 
 
 def _one_each(values: list[str | None]) -> list[str | None]:
@@ -522,24 +656,43 @@ def _one_each(values: list[str | None]) -> list[str | None]:
     return lane._shared(values)
 
 
+def _ranks(ranks: Sequence[str]) -> list[str | None]:
+    """SGLang's process names: lines.sglang_rank of each head's ranks, as normalise
+    and new_hit read them."""
+    names = {r: sglang_rank(r.strip() or None) for r in set(ranks)}
+    return _one_each(list(map(names.__getitem__, ranks)))
+
+
+def _lengths(pre: Sequence[str]) -> Sequence[int]:
+    """Where each record's match starts: after the text its plain shape puts before
+    it (`Decode batch, `)."""
+    sizes = {p: len(p) for p in set(pre)}
+    if len(set(sizes.values())) == 1:
+        return [next(iter(sizes.values()))] * len(pre)
+    return list(map(sizes.__getitem__, pre))
+
+
 def _preemptions(r: lane._Rows, i: int) -> tuple[int, bool]:
     """rollup.stats_preemptions of line i."""
     return stats_preemptions({k: r.typed[k][i] for k in lane._PREEMPT_FIELDS if k in r.typed})
 
 
-def _alone(matcher: Matcher, sig: Signature, full: _Full, block: _Block, text: str) -> bool:
-    """Whether the plain lines (`text`, joined) are candidates of `sig` alone, or of
-    others that match none of them, with nothing in them that sends a line another way."""
-    texts = block.rows.texts
-    if max(map(len, texts)) > lane.MAX_LINE:
+def _alone(matcher: Matcher, block: _Block, whole: str | None) -> bool:
+    """Whether the block's plain lines (`whole`: the block's text, when they are all of
+    it) are candidates of their signature alone, or of others that match none of
+    them, with nothing in them that sends a line another way."""
+    shape, r = block.shape, block.rows
+    sig, lines = r.sig, block.lines
+    if max(map(len, lines)) > lane.MAX_LINE:
         return False
-    n = len(texts)
-    if text.count("INFO ") != n or text.count(full.literal) != n:
+    n = len(lines)
+    text = "\n".join(lines) if whole is None else whole
+    if not shape.sglang and (text.count("INFO ") != n or text.count(shape.literals[0]) != n):
         return False
     data = text.encode("ascii")
-    present = [lit for lit in matcher.literals if lit in texts[0]]
+    present = [lit for lit in matcher.literals if lit in lines[0]]
     rest = [lit for lit in matcher.literals if lit not in present]
-    stops = (*lane._STOP, *_LEVELS)
+    stops = (*lane._STOP, *(_SG_STOPS if shape.sglang else _LEVELS))
     # One scan for what must not be there (a stop literal, a level word) and the
     # other literals (a line holding one is a candidate of more signatures), one for
     # what those signatures' patterns require. (Two databases: hyperscan compiled the
@@ -548,24 +701,24 @@ def _alone(matcher: Matcher, sig: Signature, full: _Full, block: _Block, text: s
     if any(lit in found for lit in stops):
         return False
     # (a `Preemptions: N` on some lines, say: their signatures are shown too)
-    needs = _needs(matcher, sig, present + [lit for lit in rest if lit in found])
-    if needs is None:
+    cands = matcher.candidates(" \n ".join(present + [lit for lit in rest if lit in found]))
+    if sig not in cands or not all(s.builtin for s in cands):
         return False
-    found = Literals.of(_required(needs)).found(data)
-    return all(_matches_none(need, found, text) for need in needs)
+    others = [(s, _requires(s.pattern)) for s in cands if s is not sig]
+    # The signatures' patterns run on the records (SGLang's: what follows the head).
+    records = text if shape.rec == shape.line else "\n".join(r.texts)
+    needs = [need for _, need in others if need is not None]
+    if needs:
+        found = Literals.of(_required(needs)).found(records.encode("ascii"))
+        if not all(_matches_none(need, found, records) for need in needs):
+            return False
+    # A pattern _requires cannot read (SGLang's decode pattern, whose literal each
+    # prefill line holds) runs on each record, as the line-by-line scan runs it.
+    unread = [s.regex for s, need in others if need is None]
+    return not any(p.search(t) for p in unread for t in r.texts)
 
 
 Need = tuple[tuple[str, ...], tuple[str, str] | None]
-
-
-def _needs(matcher: Matcher, sig: Signature, present: list[str]) -> list[Need] | None:
-    """What each other signature the literals make the lines candidates of requires
-    (_requires); None when one is not builtin or cannot be read, or `sig` is not one."""
-    cands = matcher.candidates(" \n ".join(present))
-    if sig not in cands or not all(s.builtin for s in cands):
-        return None
-    needs = [_requires(s.pattern) for s in cands if s is not sig]
-    return None if any(need is None for need in needs) else needs  # type: ignore[return-value]
 
 
 def _required(needs: list[Need]) -> tuple[str, ...]:
@@ -672,42 +825,83 @@ _sum: Callable[[list[float]], float] = (
 
 def _roll(
     source: str,
-    block: _Block,
-    index: list[int] | None,
+    blocks: list[_Block],
     others: dict[int, ScanResult],
     result: ScanResult,
 ) -> None:
-    """lane._roll of the block's lines: segments (one stream, one clock minute, stamps
-    not going back, no change of clock between), the edges through the sink, the
-    inner ones aggregated as Builder aggregates, as calm minutes where they are, the
-    odd lines' hits (`others`, by line index) in their place."""
+    """lane._roll of the block's lines (one _Block a signature): segments (one stream,
+    one clock minute, stamps not going back, no change of clock between), the edges
+    through the sink, the inner ones aggregated as Builder aggregates, as calm minutes
+    where they are, the odd lines' hits (`others`, by line index) in their place."""
     sink = result.sink
     assert sink is not None
-    segs = _segments(block, index)
-    inner = [s for s in segs if not s[4]]
-    agg = _Aggs(block, [s[2] for s in inner])
-    calm: set[int] = set()
+    runs = _runs(blocks)
+    made = [_segments(b, None if runs is None else runs[j]) for j, b in enumerate(blocks)]
+    last_run = max(last for _, last in made)
+    per = [_edges(b, segs, last_run) for b, (segs, _) in zip(blocks, made, strict=True)]
+    # (in order of their first lines: the segment is named by where that is)
+    segs = per[0] if len(per) == 1 else sorted((s for p in per for s in p), key=lambda s: s[0])
     kv_limit = result.calm_kv
-    if kv_limit is not None and "cumulative" not in block.rows.sig.fields:
-        quiet = {inner[j][0] for j in agg.quiet(block, kv_limit)}
-        if quiet:
-            calm = lane.calm_of(
-                quiet, ((s[0], block.minutes[s[0]], s[3], s[4]) for s in segs), others
-            )
+    inner: list[list[Seg]] = []
+    aggs: list[_Aggs] = []
+    quiet: set[int] = set()
+    for b, mine in zip(blocks, per, strict=True):
+        inner.append([s for s in mine if not s[4]])
+        aggs.append(_Aggs(b, [s[2] for s in inner[-1]]))
+        if kv_limit is not None and "cumulative" not in b.rows.sig.fields:
+            quiet.update(inner[-1][j][0] for j in aggs[-1].quiet(b, kv_limit))
+    calm: set[int] = set()
+    if quiet:
+        calm = lane.calm_of(
+            quiet, ((s[0], blocks[s[6]].minutes[s[2][0]], s[3], s[4]) for s in segs), others
+        )
     if calm:
-        chosen = [j for j, s in enumerate(inner) if s[0] in calm]
-        result.calm.append(_calm_rows(source, block, agg, chosen))
-    aggs = {s[0]: agg.one(j) for j, s in enumerate(inner) if s[0] not in calm}
-    lane.walk(source, [block.rows], segs, aggs, calm, others, sink, result)
+        # one CalmRows a signature, in order of their first calm minutes
+        chosen = [[j for j, s in enumerate(mine) if s[0] in calm] for mine in inner]
+        order = sorted((inner[k][c[0]][0], k) for k, c in enumerate(chosen) if c)
+        for _, k in order:
+            result.calm.append(_calm_rows(source, blocks[k], aggs[k], chosen[k]))
+    rolled = {
+        s[0]: agg.one(j)
+        for mine, agg in zip(inner, aggs, strict=True)
+        for j, s in enumerate(mine)
+        if s[0] not in calm
+    }
+    lane.walk(source, [b.rows for b in blocks], segs, rolled, calm, others, sink, result)
 
 
-def _segments(block: _Block, index: list[int] | None) -> list[Seg]:
-    """The block's segments in order of their first lines: (seg: its first line,
-    where it is among the block's lines (`index`), members, clock run, edge, stream,
-    set 0)."""
+def _runs(blocks: list[_Block]) -> list[list[int]] | None:
+    """Each line's clock run (how many changes of clock above it) in the block's line
+    order, per signature, where its signatures' lines share a block and it has more
+    than one clock (SGLang's decode and prefill lines across midnight); None where
+    each reckons its own (one signature, or one clock: each line's run is 0)."""
+    if len(blocks) == 1:
+        return None
+    width = blocks[0].shape.clock
+    if len({m[:width] for b in blocks for m in set(b.minutes)}) == 1:
+        return None
+    clock_at: dict[int, str] = {}
+    for b in blocks:
+        assert b.index is not None
+        clock_at.update(zip(b.index, (m[:width] for m in b.minutes), strict=True))
+    run_at: dict[int, int] = {}
+    run, now = 0, None
+    for place in sorted(clock_at):
+        clock = clock_at[place]
+        if now is not None and clock != now:
+            run += 1
+        now, run_at[place] = clock, run
+    return [[run_at[k] for k in b.index or ()] for b in blocks]
+
+
+def _segments(block: _Block, runs: list[int] | None) -> tuple[list[list[Any]], int]:
+    """The block's segments in order of their first lines (members, clock run,
+    stream), and its last clock run. `runs`: each line's clock run in the whole
+    block's order (_runs), None where the block reckons them from its own minutes."""
     minutes, secs = block.minutes, block.secs
+    width = block.shape.clock
     n = len(minutes)
-    if block.streams is None:
+    if block.streams is None and runs is None:
         # One stream: a segment ends where the minute changes or the seconds go back.
         cuts = [
             i
@@ -718,22 +912,24 @@ def _segments(block: _Block, index: list[int] | None) -> list[Seg]:
         ]
         bounds = [0, *cuts, n]
         out: list[list[Any]] = []
-        run, clock = 0, minutes[0][:5]
+        run, clock = 0, minutes[0][:width]
         for a, b in pairwise(bounds):
-            if minutes[a][:5] != clock:
-                clock = minutes[a][:5]
+            if minutes[a][:width] != clock:
+                clock = minutes[a][:width]
                 run += 1
-            out.append([a, a, list(range(a, b)), run, False, None, 0])
-        return _edges(out, run, index)
-    streams = block.streams
+            out.append([list(range(a, b)), run, None])
+        return out, run
+    streams: Sequence[object] = block.streams or [None] * n
     open_: dict[object, list[Any]] = {}  # stream -> [minute, sec, run, members]
     segs: list[list[Any]] = []
-    run, minute_now, clock = 0, minutes[0], minutes[0][:5]
+    run, minute_now, clock = 0, minutes[0], minutes[0][:width]
     for i, (minute, sec, stream) in enumerate(zip(minutes, secs, streams, strict=True)):
-        if minute != minute_now:
+        if runs is not None:
+            run = runs[i]
+        elif minute != minute_now:
             minute_now = minute
-            if minute[:5] != clock:
-                clock = minute[:5]
+            if minute[:width] != clock:
+                clock = minute[:width]
                 run += 1
         o = open_.get(stream)
         if o is not None and o[0] == minute and o[1] <= sec and o[2] == run:
@@ -742,26 +938,32 @@ def _segments(block: _Block, index: list[int] | None) -> list[Seg]:
             continue
         members = [i]
         open_[stream] = [minute, sec, run, members]
-        segs.append([i, i, members, run, False, stream, 0])
-    return _edges(segs, run, index)
+        segs.append([members, run, stream])
+    return segs, run
 
 
-def _edges(segs: list[list[Any]], last_run: int, index: list[int] | None) -> list[Seg]:
-    """The segments with their edge flags (the first of each stream in the block's
-    first clock, the last of each in its last one: they go through the sink) and
-    their first lines' places among the block's lines."""
+def _edges(block: _Block, segs: list[list[Any]], last_run: int) -> list[Seg]:
+    """The segments as lane.walk takes them: (seg: where its first line is among the
+    block's lines, which names it; that again; members, clock run, edge, stream,
+    which signature). The edges are the first segment of each stream in the block's
+    first clock and the last of each in its last one: they go through the sink."""
     first_of: dict[object, int] = {}
     last_of: dict[object, int] = {}
     for k, s in enumerate(segs):
-        first_of.setdefault(s[5], k)
-        last_of[s[5]] = k
-    for k in {*first_of.values(), *last_of.values()}:
-        s = segs[k]
-        s[4] = (s[3] == 0 and first_of[s[5]] == k) or (s[3] == last_run and last_of[s[5]] == k)
-    if index is not None:
-        for s in segs:
-            s[1] = index[s[0]]
-    return [tuple(s) for s in segs]
+        first_of.setdefault(s[2], k)
+        last_of[s[2]] = k
+    edges = {
+        k
+        for k in {*first_of.values(), *last_of.values()}
+        if (segs[k][1] == 0 and first_of[segs[k][2]] == k)
+        or (segs[k][1] == last_run and last_of[segs[k][2]] == k)
+    }
+    tag = block.tag
+    out: list[Seg] = []
+    for k, (members, run, stream) in enumerate(segs):
+        place = block.place(members[0])
+        out.append((place, place, members, run, k in edges, (tag, stream), tag))
+    return out
 
 
 class _Aggs:
@@ -889,7 +1091,8 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     first = [m[0] for m in members]
     last = [m[-1] for m in members]
     peak = [agg.members[j][agg.peak_at[j]] for j in chosen]
-    ts: list[str] = r.ts  # type: ignore[assignment]
+    ts: list[str] = r.ts if r.wrapper is None else r.wrapper  # type: ignore[assignment]
+    at = block.shape.at  # (where the hour is in a stamp)
 
     def take(values: Sequence[Any], which: list[int]) -> list[Any]:
         return [values[i] for i in which]
@@ -904,13 +1107,13 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     swapped, waiting = r.typed.get("swapped"), r.typed.get("waiting")
     cols: dict[str, tuple[str, list[Any]]] = {
         "first_line": ("q", take(r.lineno, first)),
-        "first_second": ("q", [int(t[12:14]) for t in stamp_first]),
+        "first_second": ("q", [int(t[at + 6 : at + 8]) for t in stamp_first]),
         "last_line": ("q", take(r.lineno, last)),
-        "last_second": ("q", [int(t[12:14]) for t in take(ts, last)]),
+        "last_second": ("q", [int(t[at + 6 : at + 8]) for t in take(ts, last)]),
         "last_pos": ("q", _starts_at(r.start, last)),
-        "day": ("s", [t[:5] for t in stamp_first]),
-        "hour": ("q", [int(t[6:8]) for t in stamp_first]),
-        "minute": ("q", [int(t[9:11]) for t in stamp_first]),
+        "day": ("s", [t[: at - 1] for t in stamp_first]),
+        "hour": ("q", [int(t[at : at + 2]) for t in stamp_first]),
+        "minute": ("q", [int(t[at + 3 : at + 5]) for t in stamp_first]),
         "n": ("q", pick(agg.n)),
         "peak_kv": ("d", pick(agg.peak_kv)),
         "peak_running": ("q", pick(agg.peak_running)),
@@ -922,7 +1125,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "peak_line": ("q", take(r.lineno, peak)),
         "peak_pos": ("q", _starts_at(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),
-        "peak_second": ("q", [int(t[12:14]) for t in stamp_peak]),
+        "peak_second": ("q", [int(t[at + 6 : at + 8]) for t in stamp_peak]),
         "peak_proc": ("s", take(r.proc, peak)),
     }
     for k, name in enumerate(AGG_FIELDS):
@@ -935,10 +1138,17 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     names = (*CALM_COLUMNS, *(f"f_{n}" for n in sig.fields))
     data = [_column(*cols[c]) for c in CALM_COLUMNS]
     data += [_column(_KIND.get(sig.fields[n], ""), take(r.typed[n], peak)) for n in sig.fields]
-    return lane.calm_rows(source, sig, False, Columns(names, tuple(data)))
+    return lane.calm_rows(source, sig, r.wrapper is not None, Columns(names, tuple(data)))
 
 
-_KIND = {"int": "q", "int_commas": "q", "float": "d", "percent": "d", "str": "s"}
+_KIND = {
+    "int": "q",
+    "int_commas": "q",
+    "float": "d",
+    "percent": "d",
+    "fraction_percent": "d",
+    "str": "s",
+}
 
 
 def _starts_at(starts: Sequence[int], rows: list[int]) -> list[int]:

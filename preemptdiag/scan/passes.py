@@ -19,7 +19,7 @@ from preemptdiag.ingest.sources import (
 )
 from preemptdiag.scan import bulk as bulk_mod
 from preemptdiag.scan import lane as lane_mod
-from preemptdiag.scan import lane_plain
+from preemptdiag.scan import lane_plain, rust_regex
 from preemptdiag.scan.bulk import Item, match_block
 from preemptdiag.scan.limits import Budget, too_many
 from preemptdiag.scan.lines import normalise, starts_record
@@ -227,8 +227,8 @@ def scan_fast(
                 and lane.due(blocks)
                 and not matcher.rejoined_reaches(src.name, next_line)
             )
-            # A block dense with plain V1 stats lines tries the lane at once, any file:
-            # lane_plain.py reads it without polars.
+            # A block dense with plain stats lines (vLLM's, SGLang's batch lines) tries
+            # the lane at once, any file: lane_plain.py reads it without polars.
             plain = lane_now and lane_plain.worth(matcher, block, size)
             density = _Density(finder, block, size, big, seen >= bulk_mod.AFTER_LINES)
             if lane_now and not plain:
@@ -274,9 +274,15 @@ def scan_fast(
                 # (a big file's first block dense with candidate lines among them:
                 # polars is paid for the blocks after it anyway; not for a block of
                 # plain stats lines the plain lane refused, as it refuses a V0 log's
-                # first block for its start-up lines: the blocks after it are its own)
+                # first block for its start-up lines, or a dense SGLang block with a
+                # retraction among its last lines, which waits for the next block: the
+                # blocks around it are its own)
                 dense = big and len(items) >= bulk_mod.DENSE_LINES and not plain
-                bulk = (seen >= bulk_mod.AFTER_LINES or dense) and blocks >= retry_at
+                bulk = (
+                    (seen >= bulk_mod.AFTER_LINES or dense)
+                    and blocks >= retry_at
+                    and (not plain or rust_regex.loaded())
+                )
                 if not match_block(matcher, src.name, items, result, bulk) and bulk:
                     retry_at = blocks + bulk_mod.RETRY_BLOCKS
                 seen += len(items)

@@ -52,6 +52,11 @@ def usable() -> bool:
     return _installed() and not _FORKED_WITH_POLARS
 
 
+def loaded() -> bool:
+    """polars is imported in this process already: its pages are paid for."""
+    return "polars" in sys.modules
+
+
 @cache
 def _installed() -> bool:
     return "polars" in sys.modules or importlib.util.find_spec("polars") is not None
