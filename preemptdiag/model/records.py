@@ -131,31 +131,10 @@ class Hit:
     pos: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CalmMinute:
-    """A stream's clock minute of stats lines that the scan kept as numbers, not as
-    hits: every line says how many wait, no preemption, KV under the pressure threshold
-    (scan/lane.py decides and keeps it as a row of CalmRows; timeline/calm.py makes
-    this record of it only for a window of several minutes). A month of a quiet
-    server is 43,200 of them; as hits, events and a rollup each they were most of a
-    long log's time and memory."""
-
-    first_line: int  # its first line (what would have been the rollup's carrier)
-    first_second: int  # that line's seconds (the minute is the same for all)
-    last_line: int
-    last_second: int
-    last_pos: int  # where the last line's match starts in it
-    clock: tuple[str, str]  # the clock its stamps set (rollup.stamp_of)
-    hour: int
-    minute: int
-    stats: RollupStats
-    swapped: tuple[int | None, int | None]  # its first and last line's Swapped
-    waiting: tuple[int | None, int | None]  # ...and Waiting
-    peak: Hit  # the first line at its highest KV usage: the window's evidence
-
-
 # The columns of CalmRows.frame, in this order (then `f_<field>` for each of the
-# signature's fields, the peak line's values): what CalmMinute holds of a minute.
+# signature's fields, the peak line's values): what the scan keeps of a calm minute
+# (a stream's clock minute of stats lines in which every line says how many wait,
+# nothing is preempted and KV stays under the pressure threshold).
 # sum_/cnt_/max_ go through AGG_FIELDS (scan/rollup.py) in its order.
 CALM_AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
 CALM_MEANS = ("kv_usage", "running", "prompt_tput", "gen_tput")
@@ -678,9 +657,9 @@ def _one_sign(zeros: Sequence[float]) -> bool:
 class CalmRows:
     """The calm minutes of one block's lines of one stats signature, as columns
     (CALM_COLUMNS, then the peak line's fields), one row a minute, in line order. As
-    CalmMinute objects, a month of them was ~2 KB a minute and a fifth of the scan's
-    time; as rows, each becomes its window (timeline/calm.py) without a hit or a
-    CalmMinute (one is made only for a window of several)."""
+    objects a minute, a month of them was ~2 KB a minute and a fifth of the scan's
+    time; as rows, each becomes its window (timeline/calm.py) without a hit or an
+    object a minute."""
 
     source: str
     sig: str  # the signature: its id, kind, engine, constants and fields
@@ -1220,9 +1199,9 @@ def _by_constructor(cls: type) -> None:
     cls.__reduce__ = reduce  # type: ignore[assignment, method-assign]
 
 
-for _cls in (RollupStats, Rollup, WrapperStamp, Hit, CalmMinute):
+for _cls in (RollupStats, Rollup, WrapperStamp, Hit):
     _by_constructor(_cls)
 
 # The classes a month of stats lines makes one (or several) of a minute (fastinit.py).
-for _fast in (RollupStats, Rollup, WrapperStamp, Hit, CalmMinute, Event, Window):
+for _fast in (RollupStats, Rollup, WrapperStamp, Hit, Event, Window):
     fast_init(_fast)

@@ -10,8 +10,10 @@ is made from its numbers (healthy, queueing or a stall: PD108-PD110,
 window_rules.calm_judge). Its row is read once, then, and its frame let go: a
 frame's windows of one minute (the usual) are a CalmRun, the columns they read, each
 window (a CalmWindow) made only when it is read, and its evidence event only when that
-is (records.ReadRun, records.ReadWindow); a CalmMinute and a Window are made for a
-window of several minutes. Everything after sees the windows (records.Windows: runs a
+is (records.ReadRun, records.ReadWindow). A window of several minutes (SGLang's
+decode and prefill streams: most of its windows) is a GroupWindow, made once its
+minutes are all read: its numbers held, its evidence event made only when read.
+Everything after sees the windows (records.Windows: runs a
 class at a time, read a column at a time), and the minutes' lines where it counts
 lines (detect_engine).
 
@@ -43,7 +45,6 @@ from typing import Any, cast, overload
 from preemptdiag.model.records import (
     CALM_COLUMNS,
     CALM_MEANS,
-    CalmMinute,
     CalmRows,
     Class,
     Columns,
@@ -58,7 +59,6 @@ from preemptdiag.model.records import (
     ReadRun,
     ReadWindow,
     Repeats,
-    RollupStats,
     Window,
     Windows,
     WrapperStamp,
@@ -127,42 +127,6 @@ class Placed:
         return sum(self.n)
 
 
-def _minute(r: CalmRows, row: tuple[Any, ...]) -> CalmMinute:
-    """A calm minute's row as the record windows of several minutes read."""
-    n, sums, counts, maxes = row[_N], _SUMS, _COUNTS, _MAXES
-    k = len(AGG_FIELDS)
-    return CalmMinute(
-        first_line=row[_FIRST_LINE],
-        first_second=row[_FIRST_SECOND],
-        last_line=row[_LAST_LINE],
-        last_second=row[_LAST_SECOND],
-        last_pos=row[_LAST_POS],
-        clock=_clock(r, row),
-        hour=row[_HOUR],
-        minute=row[_MINUTE],
-        # (calm: nothing preempted)
-        stats=RollupStats(
-            n=n,
-            preemptions=0,
-            lower=False,
-            sums=row[sums : sums + k],
-            counts=row[counts : counts + k],
-            maxes=row[maxes : maxes + k],
-            waiting_pos=row[_WAITING_POS],
-            peak_kv=row[_PEAK_KV],
-            peak_running=row[_PEAK_RUNNING],
-        ),
-        swapped=(row[_SWAPPED_FIRST], row[_SWAPPED_LAST]),
-        waiting=(row[_WAITING_FIRST], row[_WAITING_LAST]),
-        peak=_peak(r, row),
-    )
-
-
-def _clock(r: CalmRows, row: tuple[Any, ...]) -> tuple[str, str]:
-    """The clock a calm minute's stamps set (rollup.stamp_of)."""
-    return ("w" if r.sglang else "e", row[_DAY])
-
-
 def _fields(r: CalmRows, values: tuple[Any, ...]) -> dict[str, FieldValue]:
     """The peak line's fields (its `values`, in r.fields' order), as the scan's Builder
     gives them (constants first)."""
@@ -174,26 +138,6 @@ def _fields(r: CalmRows, values: tuple[Any, ...]) -> dict[str, FieldValue]:
 def _text(raw: str) -> str:
     """The peak line's text as its hit holds it (cut as the scan cuts evidence)."""
     return cut(raw[: MAX_EVIDENCE_CHARS + 1])
-
-
-def _peak(r: CalmRows, row: tuple[Any, ...]) -> Hit:
-    """The hit the scan makes of the minute's peak line (lane._hit)."""
-    return _peak_hit(
-        r,
-        row[_PEAK_LINE],
-        row[_FIELDS:],
-        _text(row[_PEAK_TEXT]),
-        _peak_stamp(row),
-        row[_PEAK_PROC],
-        row[_PEAK_POS],
-    )
-
-
-def _peak_stamp(row: tuple[Any, ...]) -> str:
-    """The peak line's stamp as it printed it (`MM-DD HH:MM:SS`, SGLang's `YYYY-MM-DD
-    HH:MM:SS`): the minute's day, hour and minute (its lines are of one clock minute)
-    and its seconds. (Not a column: ~3 MiB of a month's calm minutes.)"""
-    return f"{row[_DAY]} {row[_HOUR]:02d}:{row[_MINUTE]:02d}:{row[_PEAK_SECOND]:02d}"
 
 
 def _peak_hit(
@@ -439,23 +383,25 @@ def windows(
         else:
             for replica, wstart in zip(p.replicas, p.wstarts, strict=True):
                 starts.setdefault(replica, array("q")).append(wstart)
-    # (windows of several minutes: a minute cut by a block's end, a clock's two streams;
-    # none where a replica's windows only go up)
+    # (windows of several minutes, and how many: a minute cut by a block's end, a
+    # clock's two streams, SGLang's decode and prefill lines; none where a replica's
+    # windows only go up)
     among = {replica: _Among(got) for replica, got in starts.items()}
-    several: set[tuple[str, int]] = set()
+    several: dict[tuple[str, int], int] = {}
     for replica, got in starts.items():
         if not among[replica].up:
-            several |= {(replica, w) for w, n in Counter(got).items() if n > 1}
+            several.update(((replica, w), n) for w, n in Counter(got).items() if n > 1)
     if any(w.replica in among and _epoch(w.start) in among[w.replica] for w in others):
         return None
     del starts, among
     frames: list[Placed | None] = list(placed)
     placed.clear()
     # Each row is read once, frame by frame: the windows of one minute each become a
-    # run of them, made only when read (CalmRun); the rows of a window of several are
-    # kept until it is made.
+    # run of them, made only when read (CalmRun); a window of several is made once its
+    # minutes are all in (GroupWindow), its minutes' rows kept until then.
     runs: list[CalmRun] = []
-    kept: dict[tuple[str, int], list[_Kept]] = {}
+    kept: dict[tuple[str, int], list[_Part]] = {}
+    groups: list[Window] = []
     judgements = _Judgements()
     ordered = True  # (made in build_windows' order: by replica, then start)
     last: tuple[str, int] = ("", -1)
@@ -476,13 +422,20 @@ def windows(
             runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
             continue
         alone = _Alone([], Repeats(), array("q"), Repeats(identity=True))
+        columns: tuple[tuple[Sequence[Any], ...], _Texts] | None = None
+        opened: list[Sequence[Any]] = []
         for i, (replica, anchor, wstart) in enumerate(
             zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
         ):
-            if several and (replica, wstart) in several:
-                row = tuple(column[i] for column in frame.data)
-                ts = _at(anchor, row[_HOUR], row[_MINUTE], row[_FIRST_SECOND])
-                kept.setdefault((replica, wstart), []).append((bare, replica, ts, row))
+            key = (replica, wstart)
+            if several and key in several:
+                if columns is None:
+                    c = _kept(bare, frame.data)
+                    columns, opened = (c, _texts_of(bare, c)), _opened(bare, frame.data)
+                parts = kept.setdefault(key, [])
+                parts.append(_Part.of(bare, opened, columns, i, anchor))
+                if len(parts) == several[key]:
+                    groups.append(_group(key, kept.pop(key), seconds, judged))
                 continue
             if ordered:
                 ordered = last < (replica, wstart)
@@ -490,11 +443,12 @@ def windows(
             alone.add(i, replica, wstart, anchor)
         if alone.rows:
             runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
-    if kept or not ordered:
-        # (rare: windows of several minutes, or a replica's minutes out of order; each
-        # window made, all put in order)
+    assert not kept  # (each window's minutes were counted: `several`)
+    if groups or not ordered:
+        # (windows of several minutes, or a replica's minutes out of order: each window
+        # made, all put in order)
         made: list[Window] = [w for run in runs for w in run]
-        made += [_window(key, ps, seconds, judged) for key, ps in kept.items()]
+        made += groups
         made.sort(key=_order)
         return _merged(others, made)
     return _merged(others, Windows(runs))
@@ -524,11 +478,6 @@ class _Among:
         if self.seen is None:
             self.seen = set(self.values)
         return x in self.seen
-
-
-# A minute of a window of several: its rows (without their frame), replica, first
-# line's time and row.
-_Kept = tuple[CalmRows, str, datetime, tuple[Any, ...]]
 
 
 def _merged(others: Sequence[Window], calm: Sequence[Window]) -> Windows:
@@ -571,34 +520,6 @@ def _epoch(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp())
 
 
-def _window(key: tuple[str, int], ps: list[_Kept], seconds: int, judged: Judged) -> Window:
-    """The window of these calm minutes (with their rows), as build_windows aggregates
-    their lines."""
-    made = [_Made(_minute(rows, row), replica, ts) for rows, replica, ts, row in ps]
-    stats = [m.minute.stats for m in made]
-    top = max(s.peak_kv for s in stats)
-    at_peak = [s.peak_running for s in stats if s.peak_kv == top and s.peak_running is not None]
-    waiting = _most(stats, _WAITING)
-    return _calm_window(
-        key,
-        seconds,
-        judged,
-        sum(s.n for s in stats),
-        _most(stats, _KV),
-        _most(stats, _RUNNING),
-        tuple(_mean(stats, i) for i in (_KV, _RUNNING, _PROMPT, _GEN)),
-        (_first_of(made, _swapped), _last_of(made, _swapped), _most_int(stats, _SWAPPED)),
-        (
-            _first_of(made, _waiting),
-            _last_of(made, _waiting),
-            None if waiting is None else int(waiting),
-            _share(stats),
-        ),
-        _evidence(made),
-        min(at_peak) if at_peak else None,
-    )
-
-
 # What a CalmWindow keeps of its minute's row (CalmRows.frame), in this order, then
 # the peak line's fields: not the whole row (a month of rows was ~60 MB).
 _KEPT = (
@@ -635,6 +556,18 @@ def keeps_of(data: Sequence[Sequence[Any]], fields: int) -> tuple[Sequence[Any],
     return tuple(data[j] for j in (*_KEPT, *range(_FIELDS, _FIELDS + fields)))
 
 
+def _kept(rows: CalmRows, data: Sequence[Sequence[Any]]) -> tuple[Sequence[Any], ...]:
+    """keeps_of() a frame of `rows`, its peak lines' texts cut as the scan cuts
+    evidence."""
+    columns = keeps_of(data, len(rows.fields))
+    raw = data[_PEAK_TEXT]
+    longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
+    if longest > MAX_EVIDENCE_CHARS:
+        # (rare: a line of over 600 characters)
+        columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
+    return columns
+
+
 def _listed(column: Sequence[Any]) -> Sequence[Any]:
     """A column read a row at a time: a Const as a list, a packed one as its array
     (their [] is a Python call)."""
@@ -669,7 +602,69 @@ class _Alone:
         self.anchors.append(anchor)
 
 
-class CalmWindow(ReadWindow):
+class _PeakWindow(ReadWindow):
+    """A calm window whose evidence is one calm minute's peak line, read from what
+    its window keeps of that minute's frame (keeps_of) when asked: its event, line,
+    fields and texts."""
+
+    __slots__ = ()
+    replica: str
+    why: str
+    _rows: CalmRows  # (without its frame)
+    _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
+    _i: int  # its row in them
+    _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
+    _ts: datetime  # the peak line's time
+
+    def _values(self) -> tuple[Any, ...]:
+        """The peak line's fields' values, in its rows' fields' order."""
+        i = self._i
+        return tuple(column[i] for column in self._c[_K_FIELDS:])
+
+    @property
+    def evidence(self) -> tuple[Event, ...]:
+        c, i = self._c, self._i
+        h = _peak_hit(
+            self._rows,
+            c[_K_LINE][i],
+            self._values(),
+            c[_K_TEXT][i],
+            None,
+            c[_K_PROC][i],
+            c[_K_POS][i],
+        )
+        return (stamp_event(h, self._ts, self.replica),)
+
+    def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
+        r = self._rows
+        c, i = self._c, self._i
+        return (r.source, c[_K_LINE][i], r.sig, r.kind, c[_K_TEXT][i], self._ts)
+
+    def evidence_field(self, name: str) -> FieldValue:
+        r = self._rows
+        if name in r.fields:  # (a field's value, not a constant of the same name)
+            return self._c[_K_FIELDS + r.fields.index(name)][self._i]  # type: ignore[no-any-return]
+        return r.constants.get(name)
+
+    def texts(self) -> list[str] | None:
+        c, i = self._c, self._i
+        shared, lists = self._m
+        # (a field's column of numbers, an array, holds no str and nothing else)
+        values = [c[j][i] for j in lists]
+        if not _PLAIN.issuperset(map(type, values)):
+            return None
+        proc = c[_K_PROC][i]
+        return [
+            self.replica,
+            self.why,
+            c[_K_TEXT][i],
+            "" if proc is None else proc,
+            *shared,
+            *(f for f in values if type(f) is str),
+        ]
+
+
+class CalmWindow(_PeakWindow):
     """The window of one calm minute (a replica of one stream: the usual), read from
     what it keeps of the minute's row when asked (records.ReadWindow): the numbers
     _calm_window makes of them, without a Window, an Event and its fields a minute
@@ -693,16 +688,6 @@ class CalmWindow(ReadWindow):
         "start",
         "why",
     )
-    _rows: CalmRows  # (without its frame)
-    _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
-    _i: int  # its row in them
-    _m: _Texts  # _texts_of(_rows, _c): shared by the windows of one frame
-    _ts: datetime  # the peak line's time
-
-    def _values(self) -> tuple[Any, ...]:
-        """The peak line's fields' values, in its rows' fields' order."""
-        i = self._i
-        return tuple(column[i] for column in self._c[_K_FIELDS:])
 
     @property
     def n_events(self) -> int:
@@ -773,48 +758,6 @@ class CalmWindow(ReadWindow):
         # (as _window's: no peak line when the peak is not equal to itself, a NaN)
         peak_kv = self._c[_K_PEAK_KV][self._i]
         return self._c[_K_PEAK_RUNNING][self._i] if peak_kv == peak_kv else None
-
-    @property
-    def evidence(self) -> tuple[Event, ...]:
-        c, i = self._c, self._i
-        h = _peak_hit(
-            self._rows,
-            c[_K_LINE][i],
-            self._values(),
-            c[_K_TEXT][i],
-            None,
-            c[_K_PROC][i],
-            c[_K_POS][i],
-        )
-        return (stamp_event(h, self._ts, self.replica),)
-
-    def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
-        r = self._rows
-        c, i = self._c, self._i
-        return (r.source, c[_K_LINE][i], r.sig, r.kind, c[_K_TEXT][i], self._ts)
-
-    def evidence_field(self, name: str) -> FieldValue:
-        r = self._rows
-        if name in r.fields:  # (a field's value, not a constant of the same name)
-            return self._c[_K_FIELDS + r.fields.index(name)][self._i]  # type: ignore[no-any-return]
-        return r.constants.get(name)
-
-    def texts(self) -> list[str] | None:
-        c, i = self._c, self._i
-        shared, lists = self._m
-        # (a field's column of numbers, an array, holds no str and nothing else)
-        values = [c[j][i] for j in lists]
-        if not _PLAIN.issuperset(map(type, values)):
-            return None
-        proc = c[_K_PROC][i]
-        return [
-            self.replica,
-            self.why,
-            c[_K_TEXT][i],
-            "" if proc is None else proc,
-            *shared,
-            *(f for f in values if type(f) is str),
-        ]
 
     # Read a column at a time (records.ReadWindow.columns): a run of a month's windows
     # is a few runs of rows of frames, read as slices of their kept columns.
@@ -1064,12 +1007,7 @@ class CalmRun(ReadRun):
         A frame's at once: its columns read once, not a window at a time."""
         self = object.__new__(cls)
         data = frame.data
-        columns = keeps_of(data, len(rows.fields))
-        raw = data[_PEAK_TEXT]
-        longest = raw.longest if isinstance(raw, Packed) else max(map(len, raw), default=0)
-        if longest > MAX_EVIDENCE_CHARS:
-            # (cut, as the scan cuts evidence: rare, a line of over 600 characters)
-            columns = (*columns[:_K_TEXT], [_text(t) for t in raw], *columns[_K_TEXT + 1 :])
+        columns = _kept(rows, data)
         n, kv, waiting, pos, running = (
             _listed(data[j])
             for j in (_N, _MAXES + _KV, _MAXES + _WAITING, _WAITING_POS, _MAXES + _RUNNING)
@@ -1311,7 +1249,7 @@ _PLAIN = frozenset((str, int, float, bool, type(None)))  # (what sanitise walks 
 
 
 # The fields every calm window has the same value in: nothing is preempted or fails.
-# (_calm_window's, and CalmWindow's class attributes.)
+# (Class attributes of CalmWindow and GroupWindow.)
 _CALM: dict[str, Any] = {
     "preemptions": 0.0,
     "preemptions_lower_bound": False,
@@ -1323,139 +1261,7 @@ _CALM: dict[str, Any] = {
     "preemptions_spread_over": None,
 }
 for _name, _value in _CALM.items():
-    setattr(CalmWindow, _name, _value)
-
-
-def _calm_window(
-    key: tuple[str, int],
-    seconds: int,
-    judged: Judged,
-    n: int,
-    kv_max: float | None,
-    running_max: float | None,
-    means: tuple[float | None, ...],  # KV, Running, prompt and generation throughput
-    swapped: tuple[int | None, int | None, int | None],  # first, last, max
-    waiting: tuple[int | None, int | None, int | None, float | None],  # ... and share
-    evidence: Event,
-    kv_peak_running: int | None,
-) -> Window:
-    """A calm window of several minutes from its numbers, classified (`judged`)."""
-    replica, wstart = key
-    start = datetime.fromtimestamp(wstart, tz=UTC)
-    end = start + timedelta(seconds=seconds)
-    running = None if running_max is None else int(running_max)
-    cls, conf, why = judged(replica, start, end, n, kv_max, waiting[2], waiting[3], running)
-    kv_mean, running_mean, prompt_tput, gen_tput = means
-    return Window(
-        cls=cls,
-        confidence=conf,
-        why=why,
-        replica=replica,
-        start=start,
-        end=end,
-        n_events=n,
-        n_stats=n,
-        kv_max=kv_max,
-        kv_mean=kv_mean,
-        running_max=running,
-        running_mean=running_mean,
-        waiting_first=waiting[0],
-        waiting_last=waiting[1],
-        waiting_max=waiting[2],
-        waiting_share=waiting[3],
-        swapped_first=swapped[0],
-        swapped_last=swapped[1],
-        swapped_max=swapped[2],
-        prompt_tput=prompt_tput,
-        gen_tput=gen_tput,
-        evidence=(evidence,),
-        kv_peak_running=kv_peak_running,
-        **_CALM,
-    )
-
-
-def _most(stats: list[RollupStats], i: int) -> float | None:
-    values = [v for s in stats if (v := s.maxes[i]) is not None]
-    return max(values) if values else None
-
-
-def _mean(stats: list[RollupStats], i: int) -> float | None:
-    """windows.snapped_mean over the minutes' sums (added in their order, snapped)."""
-    count, total = 0, 0.0
-    for s in stats:
-        if s.counts[i]:
-            count += s.counts[i]
-            total += s.sums[i]
-    return snap6(snap6(total) / count) if count else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Made:
-    """A calm minute of a window of several, made whole (Placed.minute) once."""
-
-    minute: CalmMinute
-    replica: str
-    ts: datetime
-
-
-def _swapped(m: CalmMinute) -> tuple[int | None, int | None]:
-    return m.swapped
-
-
-def _waiting(m: CalmMinute) -> tuple[int | None, int | None]:
-    return m.waiting
-
-
-def _first_of(
-    ps: list[_Made], pair: Callable[[CalmMinute], tuple[int | None, int | None]]
-) -> int | None:
-    """The window's first value of a (first, last) pair of its minutes (windows.py's
-    first non-null in the events table's order: by first line's time, file, line)."""
-    if len(ps) == 1:
-        return pair(ps[0].minute)[0]
-    for p in sorted(ps, key=lambda p: (p.ts, p.minute.peak.source, p.minute.first_line)):
-        if (got := pair(p.minute)[0]) is not None:
-            return got
-    return None
-
-
-def _last_of(
-    ps: list[_Made], pair: Callable[[CalmMinute], tuple[int | None, int | None]]
-) -> int | None:
-    """...and its last value (the last non-null in the order of last lines)."""
-
-    # (the order of last lines: windows._LAST_ORDER)
-    def key(p: _Made) -> tuple[datetime, str, int, int, str]:
-        m = p.minute
-        return (
-            p.ts.replace(second=m.last_second),
-            m.peak.source,
-            m.last_line,
-            m.last_pos,
-            m.peak.sig,
-        )
-
-    if len(ps) == 1:
-        return pair(ps[0].minute)[1]
-    for p in sorted(ps, key=key, reverse=True):
-        if (got := pair(p.minute)[1]) is not None:
-            return got
-    return None
-
-
-def _most_int(stats: list[RollupStats], i: int) -> int | None:
-    most = _most(stats, i)
-    return None if most is None else int(most)
-
-
-def _share(stats: list[RollupStats]) -> float | None:
-    """windows.snapped_mean of the minutes' lines with Waiting > 0 over their lines
-    with a Waiting (added in their order, snapped)."""
-    count = sum(s.counts[_WAITING] for s in stats)
-    total = 0.0
-    for s in stats:
-        total += s.waiting_pos
-    return snap6(snap6(total) / count) if count > 0 else None
+    setattr(_PeakWindow, _name, _value)
 
 
 def _minute_share(pos: int, n: int) -> float | None:
@@ -1463,20 +1269,313 @@ def _minute_share(pos: int, n: int) -> float | None:
     return snap6(snap6(0.0 + pos) / n) if n > 0 else None
 
 
-def _evidence(ps: list[_Made]) -> Event:
-    """The window's stats line with the highest KV usage, the first such in log order
-    (windows._pick_evidence over the minutes' peak lines)."""
-    made = [
-        stamp_event(p.minute.peak, p.ts.replace(second=_second(p.minute.peak)), p.replica)
-        for p in ps
+# The columns of a frame a window of several reads of each of its minutes (_Part.read).
+_READS = (
+    _N,
+    *(_MAXES + k for k in (_KV, _RUNNING, _WAITING, _SWAPPED)),
+    *(_SUMS + k for k in (_KV, _RUNNING, _PROMPT, _GEN)),
+    *(_COUNTS + k for k in (_KV, _RUNNING, _PROMPT, _GEN, _WAITING)),
+    _WAITING_POS,
+    _PEAK_KV,
+    _PEAK_RUNNING,
+    _SWAPPED_FIRST,
+    _SWAPPED_LAST,
+    _WAITING_FIRST,
+    _WAITING_LAST,
+    _FIRST_LINE,
+    _FIRST_SECOND,
+    _LAST_LINE,
+    _LAST_SECOND,
+    _LAST_POS,
+    _PEAK_LINE,
+    _PEAK_POS,
+    _PEAK_SECOND,
+    _HOUR,
+    _MINUTE,
+)
+_READ_AT = {j: k for k, j in enumerate(_READS)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A calm minute of a window of several, until the window's minutes are all in:
+    its rows (without their frame), what its windows keep of its frame (_kept), its
+    row, the anchor that dates it, and the values of its row the window reads
+    (_READS), then its peak line's KV usage."""
+
+    rows: CalmRows
+    kept: tuple[tuple[Sequence[Any], ...], _Texts]
+    i: int
+    anchor: datetime
+    values: tuple[Any, ...]
+
+    @classmethod
+    def of(
+        cls,
+        rows: CalmRows,
+        opened: list[Sequence[Any]],
+        kept: tuple[tuple[Sequence[Any], ...], _Texts],
+        i: int,
+        anchor: datetime,
+    ) -> _Part:
+        """Row i of a frame whose columns `opened` (_opened) are."""
+        return cls(rows, kept, i, anchor, tuple(column[i] for column in opened))
+
+    def read(self, j: int) -> Any:
+        """The value of its row in column j of its frame (one of _READS)."""
+        return self.values[_READ_AT[j]]
+
+    def ts(self, second_at: int) -> datetime:
+        """The time of its line whose seconds are column `second_at`'s."""
+        read = self.read
+        return _at(self.anchor, read(_HOUR), read(_MINUTE), read(second_at))
+
+    @property
+    def kv(self) -> FieldValue:
+        """Its peak line's KV usage (its field, or a constant)."""
+        return self.values[-1]  # type: ignore[no-any-return]
+
+
+def _opened(rows: CalmRows, data: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """The columns of a frame its windows of several read (_READS, then the peak
+    lines' KV usage), each opened once (a packed column's [] opens it each time)."""
+    kv: Sequence[Any] = (
+        data[_FIELDS + rows.fields.index("kv_usage")]
+        if "kv_usage" in rows.fields
+        else [rows.constants.get("kv_usage")] * rows.height
+    )
+    return [_listed(data[j]) for j in _READS] + [_listed(kv)]
+
+
+def _group(key: tuple[str, int], parts: list[_Part], seconds: int, judged: Judged) -> GroupWindow:
+    """The window of these calm minutes (in the order they came), classified
+    (`judged`), as build_windows aggregates their lines: their lines added up, the
+    highest of each maximum, each mean over all their lines (summed in this order,
+    snapped), the first and last Swapped and Waiting in the order of first and last
+    lines, the evidence the peak line of the highest KV, first in log order."""
+    replica, wstart = key
+    start = datetime.fromtimestamp(wstart, tz=UTC)
+    end = start + timedelta(seconds=seconds)
+    n = sum(p.read(_N) for p in parts)
+    kv_max, running_max, waiting_max, swapped_max = (
+        _top([p.read(_MAXES + k) for p in parts]) for k in (_KV, _RUNNING, _WAITING, _SWAPPED)
+    )
+    means = tuple(_mean_of(parts, k) for k in (_KV, _RUNNING, _PROMPT, _GEN))
+    count = sum(p.read(_COUNTS + _WAITING) for p in parts)
+    total = 0.0
+    for p in parts:
+        total += p.read(_WAITING_POS)
+    share = snap6(snap6(total) / count) if count > 0 else None
+    peaks = [p.read(_PEAK_KV) for p in parts]
+    top = max(peaks)
+    at_peak = [
+        running
+        for p, kv in zip(parts, peaks, strict=True)
+        if kv == top and (running := p.read(_PEAK_RUNNING)) is not None
     ]
-    made.sort(key=lambda e: (e.ts, e.source, e.line, e.pos, e.sig))
-    return max(made, key=lambda e: number(e.fields.get("kv_usage")) or -1.0)
+    running = None if running_max is None else int(running_max)
+    waiting = None if waiting_max is None else int(waiting_max)
+    judgement = judged(replica, start, end, n, kv_max, waiting, share, running)
+    firsts = _by_first(parts)
+    lasts = _by_last(parts)
+    values = (
+        n,
+        kv_max,
+        running,
+        *means,
+        _first_value(firsts, _SWAPPED_FIRST),
+        _first_value(lasts, _SWAPPED_LAST),
+        None if swapped_max is None else int(swapped_max),
+        _first_value(firsts, _WAITING_FIRST),
+        _first_value(lasts, _WAITING_LAST),
+        waiting,
+        share,
+        min(at_peak) if at_peak else None,
+    )
+    p, ts = _evidence_of(parts)
+    return GroupWindow.made(p, ts, values, replica, start, end, judgement)
 
 
-def _second(h: Hit) -> int:
-    """The seconds of a lane line's stamp (`MM-DD HH:MM:SS`, SGLang's `YYYY-MM-DD
-    HH:MM:SS`): a member of the minute is timed by them (rollup.member_time)."""
-    text = h.ts_wrapper.text if h.ts_wrapper else h.ts_engine
-    assert text is not None
-    return int(text[-2:])
+def _top(values: list[Any]) -> Any:
+    """The highest of the values that are there (None when none is)."""
+    there = [v for v in values if v is not None]
+    return max(there) if there else None
+
+
+def _mean_of(parts: list[_Part], k: int) -> float | None:
+    """windows.snapped_mean over the minutes' sums (added in their order, snapped)."""
+    count, total = 0, 0.0
+    for p in parts:
+        if p.read(_COUNTS + k):
+            count += p.read(_COUNTS + k)
+            total += p.read(_SUMS + k)
+    return snap6(snap6(total) / count) if count else None
+
+
+def _by_first(parts: list[_Part]) -> list[_Part]:
+    """The minutes in the order of their first lines (windows.py's events table: by
+    time, file, line)."""
+    return sorted(parts, key=lambda p: (p.ts(_FIRST_SECOND), p.rows.source, p.read(_FIRST_LINE)))
+
+
+def _by_last(parts: list[_Part]) -> list[_Part]:
+    """...and from the last of their last lines back (windows._LAST_ORDER)."""
+    return sorted(
+        parts,
+        key=lambda p: (
+            p.ts(_LAST_SECOND),
+            p.rows.source,
+            p.read(_LAST_LINE),
+            p.read(_LAST_POS),
+            p.rows.sig,
+        ),
+        reverse=True,
+    )
+
+
+def _first_value(parts: list[_Part], j: int) -> Any:
+    """The first value of column j that is there, in this order."""
+    return next((v for p in parts if (v := p.read(j)) is not None), None)
+
+
+def _evidence_of(parts: list[_Part]) -> tuple[_Part, datetime]:
+    """The minute whose peak line is the window's evidence, and that line's time: the
+    highest KV usage, the first such in log order (windows._pick_evidence over the
+    minutes' peak lines)."""
+    timed = [(p.ts(_PEAK_SECOND), p) for p in parts]
+    timed.sort(
+        key=lambda tp: (
+            tp[0],
+            tp[1].rows.source,
+            tp[1].read(_PEAK_LINE),
+            tp[1].read(_PEAK_POS),
+            tp[1].rows.sig,
+        )
+    )
+    return max(((p, ts) for ts, p in timed), key=lambda pt: _kv_of(pt[0]))
+
+
+def _kv_of(p: _Part) -> float:
+    """The peak line's KV usage as evidence picks by it (-1 for none, or 0)."""
+    return number(p.kv) or -1.0
+
+
+class GroupWindow(_PeakWindow):
+    """The window of several calm minutes (a clock's decode and prefill streams of
+    SGLang, each a frame of its own: the usual; a minute cut by a block's end): its
+    numbers, made from its minutes' rows as build_windows makes them of their lines
+    (_group), held; its evidence read from its minute's frame as CalmWindow's is.
+    ~0.5 KB a window, where a Window and its evidence event were ~1.8."""
+
+    __slots__ = (
+        "_c",
+        "_i",
+        "_m",
+        "_rows",
+        "_ts",
+        "_v",
+        "cls",
+        "confidence",
+        "end",
+        "replica",
+        "start",
+        "why",
+    )
+    # n, KV max, Running max, the means of KV, Running, prompt and generation
+    # throughput, Swapped first, last and max, Waiting first, last, max and share,
+    # Running at the KV peak
+    _v: tuple[Any, ...]
+
+    @classmethod
+    def made(
+        cls,
+        p: _Part,
+        ts: datetime,
+        values: tuple[Any, ...],
+        replica: str,
+        start: datetime,
+        end: datetime,
+        judgement: Judgement,
+    ) -> GroupWindow:
+        w = object.__new__(cls)
+        c, m = p.kept
+        for name, value in (
+            ("_rows", p.rows),
+            ("_c", c),
+            ("_m", m),
+            ("_i", p.i),
+            ("_ts", ts),
+            ("_v", values),
+            ("replica", replica),
+            ("start", start),
+            ("end", end),
+            ("cls", judgement[0]),
+            ("confidence", judgement[1]),
+            ("why", judgement[2]),
+        ):
+            object.__setattr__(w, name, value)  # (Window is frozen; slot by slot)
+        return w
+
+    @property
+    def n_events(self) -> int:
+        return self._v[0]  # type: ignore[no-any-return]
+
+    @property
+    def n_stats(self) -> int:
+        return self._v[0]  # type: ignore[no-any-return]
+
+    @property
+    def kv_max(self) -> float | None:
+        return self._v[1]  # type: ignore[no-any-return]
+
+    @property
+    def running_max(self) -> int | None:
+        return self._v[2]  # type: ignore[no-any-return]
+
+    @property
+    def kv_mean(self) -> float | None:
+        return self._v[3]  # type: ignore[no-any-return]
+
+    @property
+    def running_mean(self) -> float | None:
+        return self._v[4]  # type: ignore[no-any-return]
+
+    @property
+    def prompt_tput(self) -> float | None:
+        return self._v[5]  # type: ignore[no-any-return]
+
+    @property
+    def gen_tput(self) -> float | None:
+        return self._v[6]  # type: ignore[no-any-return]
+
+    @property
+    def swapped_first(self) -> int | None:
+        return self._v[7]  # type: ignore[no-any-return]
+
+    @property
+    def swapped_last(self) -> int | None:
+        return self._v[8]  # type: ignore[no-any-return]
+
+    @property
+    def swapped_max(self) -> int | None:
+        return self._v[9]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_first(self) -> int | None:
+        return self._v[10]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_last(self) -> int | None:
+        return self._v[11]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_max(self) -> int | None:
+        return self._v[12]  # type: ignore[no-any-return]
+
+    @property
+    def waiting_share(self) -> float | None:
+        return self._v[13]  # type: ignore[no-any-return]
+
+    @property
+    def kv_peak_running(self) -> int | None:
+        return self._v[14]  # type: ignore[no-any-return]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from test_calm import _assert_same, _day, _write
+from test_equivalence import _bench_generator
 
 import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
@@ -41,7 +42,7 @@ from preemptdiag.render.json_format import window_json, windows_json
 from preemptdiag.render.redact import Redactor
 from preemptdiag.render.sanitise import sanitised
 from preemptdiag.timeline import calm
-from preemptdiag.timeline.calm import CalmWindow
+from preemptdiag.timeline.calm import CalmWindow, GroupWindow
 from preemptdiag.timeline.events import TimeContext
 
 
@@ -397,3 +398,58 @@ def test_a_secret_in_a_calm_minutes_line_is_redacted_as_without_calm_minutes(
     for out in tmp_path.glob("keyed.*.*"):
         text = out.read_text(encoding="utf-8")
         assert secret not in text and "A1b2C3d4" not in text, out.name
+
+
+@pytest.fixture(scope="module")
+def sglang_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Window], list[Window]]:
+    """The windows of bench's dense SGLang log (a decode and a prefill stream: a
+    minute of each a window), with calm minutes and without."""
+    path = tmp_path_factory.mktemp("calm") / "sglang.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES["sglang-dense"](f, 1_500_000, 4)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(passes, "BLOCK_BYTES", 1 << 18)
+        return list(_windows(path, True)), list(_windows(path, False))
+
+
+def _groups(windows: list[Window]) -> list[GroupWindow]:
+    return [w for w in windows if isinstance(w, GroupWindow)]
+
+
+def test_a_window_of_several_calm_minutes_reads_as_the_window_made_without_them(
+    sglang_pair: tuple[list[Window], list[Window]],
+) -> None:
+    on, off = sglang_pair
+    groups = _groups(on)
+    assert len(groups) > 20 and len(groups) * 2 > len(on)  # (nearly every minute has both)
+    assert [_plain(w) for w in on] == off  # every field, the evidence events' too
+    for w, plain in zip(on, off, strict=True):
+        assert w.evidence == plain.evidence
+    # its evidence is either stream's peak line: the highest KV, the first such
+    assert {w.evidence_line()[2] for w in groups} == {
+        "sglang.stats.decode",
+        "sglang.stats.prefill",
+    }
+
+
+def test_a_window_of_several_reads_without_making_its_event_and_copies_as_a_window(
+    sglang_pair: tuple[list[Window], list[Window]],
+) -> None:
+    groups = _groups(sglang_pair[0])
+    for w in groups:
+        (e,) = w.evidence
+        assert w.evidence_line() == (e.source, e.line, e.sig, e.kind, e.text, e.ts)
+        for name in (*e.fields, "no_such_field"):
+            assert w.evidence_field(name) == e.fields.get(name)
+        texts = w.texts()
+        assert texts is not None and set(_strings(_plain(w))) <= set(texts)
+    w, other = groups[:2]
+    # its numbers held, its evidence read from its minute's frame: no Window, no event
+    assert sys.getsizeof(w) <= 32 + 8 * len(GroupWindow.__slots__)
+    assert w == w and w != other and fields(w) == fields(Window)
+    with pytest.raises(FrozenInstanceError):
+        w.why = "changed"  # type: ignore[misc]
+    for made in (pickle.loads(pickle.dumps(w)), copy.copy(w), replace(w, why=w.why)):
+        assert type(made) is Window and made == _plain(w)
+    names = [f.name for f in fields(Window) if f.name != "evidence"]
+    assert window_columns(groups, names) == [[getattr(w, n) for w in groups] for n in names]
