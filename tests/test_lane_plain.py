@@ -76,15 +76,19 @@ def _v1_log(path: Path, n: int, odd: dict[int, str] | None = None, start: bool =
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch) -> Counter[bool | None]:
-    """What lane_plain.take answered, while it is on."""
-    said: Counter[bool | None] = Counter()
+def _spy(monkeypatch: pytest.MonkeyPatch) -> Counter[bool | str | None]:
+    """What lane_plain.take answered, while it is on: True (it took the whole block),
+    "part" (the lines above an odd line in its tail), False (none: line by line),
+    None (the polars lane's to judge)."""
+    said: Counter[bool | str | None] = Counter()
     real = lane_plain.take
 
-    def spy(*args: Any) -> bool | None:
+    def spy(*args: Any) -> int | None:
         got = real(*args)
-        if lane_plain.ENABLED:
-            said[got] += 1
+        text, tail = args[2], args[-1]
+        # (a part is taken by a second call on its lines, with no tail: not counted)
+        if lane_plain.ENABLED and tail < len(text):
+            said[None if got is None else "part" if 0 < got < len(text) else got > 0] += 1
         return got
 
     monkeypatch.setattr(lane_plain, "take", spy)
@@ -378,32 +382,38 @@ def test_sglang_lines_roll_up_and_go_calm_as_the_other_ways(
 
 def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
     # A retraction among a block's last lines waits for the next block (a wrapped
-    # record may go on there), so the block goes line by line: without polars' bulk
-    # matching, which would pay its pages for that one block. (Big from 1 MiB here,
-    # bulk from 1,000 lines: not to write 8 MiB.)
+    # record may go on there): the lines above it go this way, the rest line by line.
+    # A block with a line the lanes never take (Ray's repeat mark) goes line by line,
+    # without polars' bulk matching, which would pay its pages for that one block.
+    # (Big from 1 MiB here, bulk from 1,000 lines: not to write 8 MiB.)
     path = tmp_path / "sglang.log"
     _sglang_log(path, 24_000, datetime(2025, 11, 2, 10, 0))
     lines = path.read_text(encoding="utf-8").split("\n")
-    end, k = 0, 0
-    for _ in range(2):  # (the second block's last line: k - 1: bulk waits for lines before)
+    ends, end, k = [], 0, 0
+    for _ in range(3):  # (each block's last line: 1 MiB of lines each)
         start = end
         while end + len(lines[k]) + 1 <= start + (1 << 20):
             end += len(lines[k]) + 1
             k += 1
-    lines[k - 4] = lines[k - 4][:22] + "KV cache pool is full. Retract requests. #retracted_reqs: 2"
+        ends.append(k - 1)
+    retract = "KV cache pool is full. Retract requests. #retracted_reqs: 2"
+    # (bulk matching waits for lines before: the second block, then the third)
+    lines[ends[0] + 100] = lines[ends[0] + 100][:26] + retract + " [repeated 2x across cluster]"
+    lines[ends[2] - 3] = lines[ends[2] - 3][:26] + retract
     path.write_text("\n".join(lines), encoding="utf-8")
     setup = (
         "from collections import Counter\n"
         "bulk.BIG_BYTES, bulk.AFTER_LINES = 1 << 20, 1000\n"
         "said, take = Counter(), lane_plain.take\n"
         "def spy(*args):\n"
-        "    said[got := take(*args)] += 1\n"
+        "    got = take(*args)\n"
+        "    if args[-1] < len(args[2]):  # (not a part's lines taken again)\n"
+        "        said[got if got is None else 'part' if 0 < got < len(args[2]) else got > 0] += 1\n"
         "    return got\n"
         "lane_plain.take = spy\n"
     )
-    shows = "r.recognised['preemption'], said[False], said[None]"
-    # (the block with the retraction in its tail refused, every other one taken)
-    assert _fresh_scan(path, setup, shows) == "1 1 0 False"
+    shows = "r.recognised['preemption'], said['part'], said[False], said[None]"
+    assert _fresh_scan(path, setup, shows) == "2 1 1 0 False"
 
 
 def test_any_files_dense_blocks_try_it_and_sparse_ones_do_not(

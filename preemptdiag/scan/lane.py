@@ -157,10 +157,13 @@ def try_block(
     first_line: int,
     result: ScanResult,
     odd: Odd,
+    tail: int,
     polars: Callable[[], bool] = lambda: True,
-) -> int | None:
-    """Match and roll up block[:size] as the line-by-line scan would; the number of
-    newlines in it when done, None (nothing recorded) when the block does not qualify.
+) -> tuple[int, int] | None:
+    """Match and roll up block[:size] as the line-by-line scan would: (the newlines, the
+    bytes) of what it took when done: the whole block, or (lane_plain.py) its lines
+    above an odd line among its last ones (from `tail` on), which the line-by-line
+    scan takes on from; None (nothing recorded) when the block does not qualify.
     `odd(start, end, lineno)` matches the line at block[start:end] as the line-by-line
     scan does, into a ScanResult of its own (None where that scan would wait for the
     next block: a line in the block's tail). lane_plain.py tries it first; `polars()`
@@ -171,16 +174,16 @@ def try_block(
     if body.translate(None, _PLAIN_BYTES):
         return None
     text = body.decode("ascii")
-    newlines = text.count("\n")
     # (imported here: lane_plain reads this module's records)
     from preemptdiag.scan import lane_plain
 
-    plain = lane_plain.take(matcher, source, text, first_line, result, odd)
+    plain = lane_plain.take(matcher, source, text, first_line, result, odd, tail)
     if plain is not None:
-        return newlines if plain else None
+        return (text.count("\n", 0, plain), plain) if plain else None
     if not polars() or not rust_regex.usable():
         return None  # (usable: not in a worker forked with polars running)
-    return _try_polars(matcher, source, text, newlines, first_line, result, odd)
+    newlines = _try_polars(matcher, source, text, text.count("\n"), first_line, result, odd)
+    return None if newlines is None else (newlines, size)
 
 
 def _try_polars(

@@ -31,8 +31,10 @@ line-by-line scan gives:
   plain shape, where its pattern matches once with the same fields
   (tests/test_signatures.py).
   The other lines that hold a literal of any signature (one scan of them, hyperscan's
-  where it is installed) are the odd lines: at most lane.MAX_ODD, matched as line by
-  line before anything is recorded, their hits in their place (lane.walk).
+  where it is installed) are the odd lines: at most MAX_ODD, matched as line by line
+  before anything is recorded, their hits in their place (lane.walk). An odd line
+  among the block's last lines waits for the next block, as line by line: the lines
+  above it are taken, the line-by-line scan takes the rest (passes.scan_fast).
 - vLLM's pattern's first match is the one right after the head, and the only one:
   every match holds `Avg prompt throughput: `, which each plain line holds once
   (counted); a match starting in the head would have to hold its `] ` in what
@@ -125,6 +127,11 @@ _SG_HEAD = (
     r"\[(?P<lane_ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})"
     r"(?P<lane_proc>(?: [A-Z_]+[0-9]+)*)\] "
 )
+# Odd candidate lines a block may hold and still go this lane's way. Each is matched
+# as line by line, as it would be without the lane: a thrashing SGLang server's
+# retraction every few seconds is ~300 a block among its batch lines, which the lane
+# still reads as columns. (lane.MAX_ODD is the polars lane's.)
+MAX_ODD = 1024
 # Level words after which a record could start (lines._RECORD_START), but `INFO `.
 _LEVELS = ("DEBUG ", "WARN", "ERROR ", "CRITICAL ")
 # What an SGLang line may not hold for normalise to leave its record as the text
@@ -266,21 +273,30 @@ def take(
     first_line: int,
     result: ScanResult,
     odd: lane.Odd,
-) -> bool | None:
+    tail: int,
+) -> int | None:
     """Match and roll up the block's text (ASCII, whole lines) as the line-by-line
     scan would, if its candidate lines are plain stats lines and a few odd ones
-    (matched as line by line: `odd`, as lane.try_block has it): True. False, with
-    nothing recorded, when the polars lane would not take the block either (a
-    candidate line too long or with a stop literal); None when it is the polars
-    lane's to judge."""
+    (matched as line by line: `odd`, as lane.try_block has it): how much of the text
+    it took (whole lines from its start). All of it, or the lines above the first odd
+    line among its last ones (from `tail` on: such a line waits for the next block, as
+    line by line, which takes it and the lines after it). 0, with nothing recorded,
+    when the polars lane would not take the block either (a candidate line too long
+    or with a stop literal); None when it is the polars lane's to judge."""
     if not ENABLED:
         return None
     got = _lines(matcher, text)
     if got is None:
         return None
     shape, sets, odd_lines = got
+    late = [start for _, start, _ in odd_lines if start >= tail]
+    if late:
+        # (a thrashing SGLang server's retraction every few seconds is among a block's
+        # last lines in ~40 % of its blocks: they went line by line)
+        cut = min(late)
+        return (take(matcher, source, text[:cut], first_line, result, odd, cut) or 0) if cut else 0
     if any(len(t) > lane.MAX_LINE or _holds_stop(t) for _, _, t in odd_lines):
-        return False
+        return 0
     blocks: list[_Block] = []
     for j, rows, index in sets:
         block = _Block.of(shape, j, rows, index, first_line)
@@ -292,9 +308,9 @@ def take(
     assert sink is not None
     others = _odd_hits(matcher, odd_lines, odd, blocks, first_line, sink.clock)
     if isinstance(others, bool):
-        return None if others else False
+        return None if others else 0
     _roll(source, blocks, others, result)
-    return True
+    return len(text)
 
 
 # One signature's plain lines: which of the shape's, their groups, and their line
@@ -341,7 +357,7 @@ def _lines(
     cands = [
         k for k, g in enumerate(got) if g[line] is None and any(lit in g[other] for lit in found)
     ]
-    if len(cands) > lane.MAX_ODD:
+    if len(cands) > MAX_ODD:
         return None
     starts = [0]
     for g in got:

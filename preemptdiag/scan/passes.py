@@ -233,28 +233,34 @@ def scan_fast(
             density = _Density(finder, block, size, big, seen >= bulk_mod.AFTER_LINES)
             if lane_now and not plain:
                 lane_now = density()
+            upto = 0  # (the lane took the block's bytes up to here)
             if lane_now:
                 # A block of plain stats lines, matched and rolled up as columns.
-                odd = partial(
-                    _odd_line, matcher, src.name, block, size, look, above, tail_start(block, size)
-                )
+                tail = tail_start(block, size)
+                odd = partial(_odd_line, matcher, src.name, block, size, look, above, tail)
                 took = lane_mod.try_block(
-                    matcher, src.name, block, size, next_line, result, odd, density
+                    matcher, src.name, block, size, next_line, result, odd, tail, density
                 )
                 if took is None:
                     lane.missed(blocks)
                 else:
                     lane.took()
-                    newlines = took
+                    part, upto = took
+                    if upto == size:
+                        newlines = part
                     # (polars paid for: like lines in bulk from now on; lane_plain.py's
                     # blocks pay nothing)
                     seen = (
-                        max(seen + took, bulk_mod.AFTER_LINES) if density.granted else seen + took
+                        max(seen + part, bulk_mod.AFTER_LINES) if density.granted else seen + part
                     )
             if newlines < 0:
                 cands = density.cands
                 if cands is None:
                     cands = finder.candidate_lines(block, size)
+                if upto:
+                    # (the lines the lane left: an odd line among the block's last ones,
+                    # which waits for the next block, and those after it)
+                    cands = [c for c in cands if c[0] >= upto]
                 numbers, newlines = number_lines(block, cands, next_line, size)
                 tail = tail_start(block, size)
                 items: list[Item] = []
