@@ -14,7 +14,7 @@ up as Builder adds them (rollup.py) a column at a time, the signatures' segments
 walked in line order (lane.walk), and the odd lines are matched as line by line. A
 block of anything else is the polars lane's to judge (`take` returns None, having
 recorded nothing), or the line-by-line scan's where the polars lane would refuse it
-too (False).
+too (0).
 
 Exactness: this takes a block only where its plain lines would be plain to the
 polars lane too (its docstring says why a plain line's hits are the line-by-line
@@ -378,8 +378,8 @@ def _odd_hits(
     clock: tuple[str, str] | None,
 ) -> dict[int, ScanResult] | bool:
     """lane._odd_lines: the odd candidate lines matched as line by line (by line
-    index). False when the block must go line by line: one in the block's tail, one a
-    wrapped record's rejoin reached from, a hit that would move the clock or has no
+    index). False when the block must go line by line: one in the block's tail (take
+    leaves those to line by line), one a wrapped record's rejoin reached from, a hit that would move the clock or has no
     stamp (the polars lane finds the same of the same lines: a line with no stats hit
     is odd to it too). True when one gives a stats hit (the polars lane may read it
     as a plain line of another signature)."""
