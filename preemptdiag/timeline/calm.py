@@ -607,9 +607,22 @@ class _PeakWindow(ReadWindow):
     its window keeps of that minute's frame (keeps_of) when asked: its event, line,
     fields and texts."""
 
-    __slots__ = ()
-    replica: str
-    why: str
+    # Of Window's fields it holds its replica, start, end, class, confidence and why; the
+    # rest are read (a subclass's properties) or the same in every calm window (_CALM,
+    # class attributes).
+    __slots__ = (
+        "_c",
+        "_i",
+        "_m",
+        "_rows",
+        "_ts",
+        "cls",
+        "confidence",
+        "end",
+        "replica",
+        "start",
+        "why",
+    )
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
     _i: int  # its row in them
@@ -666,28 +679,14 @@ class _PeakWindow(ReadWindow):
 
 class CalmWindow(_PeakWindow):
     """The window of one calm minute (a replica of one stream: the usual), read from
-    what it keeps of the minute's row when asked (records.ReadWindow): the numbers
-    _calm_window makes of them, without a Window, an Event and its fields a minute
+    what it keeps of the minute's row when asked (records.ReadWindow): the numbers a
+    Window of its minute would hold, without a Window, an Event and its fields a minute
     (a month of Windows: ~20 us each, a third of the time after the scan). Its time,
     replica, peak line's time and what the rules make of it (class, confidence, why) are
     held; the peak line's text is read from its frame's column (packed: Packed)."""
 
-    # Of Window's fields it holds its replica, start, end, class, confidence and why; the
-    # rest are read (these properties) or the same in every calm window (_CALM, class
-    # attributes). ~130 bytes a window, where a Window's slots would make it ~330.
-    __slots__ = (
-        "_c",
-        "_i",
-        "_m",
-        "_rows",
-        "_ts",
-        "cls",
-        "confidence",
-        "end",
-        "replica",
-        "start",
-        "why",
-    )
+    # (_PeakWindow's slots: ~130 bytes a window, where a Window's would make it ~330)
+    __slots__ = ()
 
     @property
     def n_events(self) -> int:
@@ -1467,20 +1466,7 @@ class GroupWindow(_PeakWindow):
     (_group), held; its evidence read from its minute's frame as CalmWindow's is.
     ~0.5 KB a window, where a Window and its evidence event were ~1.8."""
 
-    __slots__ = (
-        "_c",
-        "_i",
-        "_m",
-        "_rows",
-        "_ts",
-        "_v",
-        "cls",
-        "confidence",
-        "end",
-        "replica",
-        "start",
-        "why",
-    )
+    __slots__ = ("_v",)
     # n, KV max, Running max, the means of KV, Running, prompt and generation
     # throughput, Swapped first, last and max, Waiting first, last, max and share,
     # Running at the KV peak

@@ -189,7 +189,7 @@ def test_it_holds_only_its_own_slots_and_is_a_frozen_window_of_its_values(
 ) -> None:
     w, other = _calm(pair[0])[:2]
     # (not a Window at run time: a Window's 32 slots would be ~210 bytes more a window)
-    assert sys.getsizeof(w) <= 32 + 8 * len(CalmWindow.__slots__)  # (two headers)
+    assert sys.getsizeof(w) <= 32 + 8 * len(_slots(CalmWindow))  # (two headers)
     assert is_dataclass(w) and fields(w) == fields(Window)
     assert w == w and w != other and w != _plain(w)
     assert repr(w) == repr(_plain(w)).replace("Window(", "CalmWindow(", 1)
@@ -204,11 +204,16 @@ def test_it_holds_only_its_own_slots_and_is_a_frozen_window_of_its_values(
     assert any(isinstance(w._c[calm._K_TEXT], Packed) for w in _calm(pair[0]))
 
 
+def _slots(cls: type) -> list[str]:
+    """Every slot an instance of cls has (its bases' too)."""
+    return [name for c in cls.__mro__ for name in getattr(c, "__slots__", ())]
+
+
 def _with_text(w: CalmWindow, text: str) -> CalmWindow:
     """w with another peak line text (the lane never keeps a line with an escape or
     a secret: these are the readers' other paths)."""
     out = object.__new__(CalmWindow)
-    for name in CalmWindow.__slots__:
+    for name in _slots(CalmWindow):
         object.__setattr__(out, name, getattr(w, name))
     # (its row's text in a copy of its kept columns)
     texts = list(w._c[calm._K_TEXT])
@@ -445,7 +450,7 @@ def test_a_window_of_several_reads_without_making_its_event_and_copies_as_a_wind
         assert texts is not None and set(_strings(_plain(w))) <= set(texts)
     w, other = groups[:2]
     # its numbers held, its evidence read from its minute's frame: no Window, no event
-    assert sys.getsizeof(w) <= 32 + 8 * len(GroupWindow.__slots__)
+    assert sys.getsizeof(w) <= 32 + 8 * len(_slots(GroupWindow))
     assert w == w and w != other and fields(w) == fields(Window)
     with pytest.raises(FrozenInstanceError):
         w.why = "changed"  # type: ignore[misc]
