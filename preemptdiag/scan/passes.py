@@ -234,9 +234,10 @@ def scan_fast(
             if lane_now and not plain:
                 lane_now = density()
             upto = 0  # (the lane took the block's bytes up to here)
+            # (a candidate from here on may be a wrapped record going on in the next block)
+            tail = tail_start(block, size)
             if lane_now:
                 # A block of plain stats lines, matched and rolled up as columns.
-                tail = tail_start(block, size)
                 odd = partial(_odd_line, matcher, src.name, block, size, look, above, tail)
                 took = lane_mod.try_block(
                     matcher, src.name, block, size, next_line, result, odd, tail, density
@@ -262,7 +263,6 @@ def scan_fast(
                     # which waits for the next block, and those after it)
                     cands = [c for c in cands if c[0] >= upto]
                 numbers, newlines = number_lines(block, cands, next_line, size)
-                tail = tail_start(block, size)
                 items: list[Item] = []
                 for (start, end, first), lineno in zip(cands, numbers, strict=True):
                     if matcher.decoy_only(block, start, end, first):
