@@ -1439,24 +1439,20 @@ def _first_value(parts: list[_Part], j: int) -> Any:
 
 def _evidence_of(parts: list[_Part]) -> tuple[_Part, datetime]:
     """The minute whose peak line is the window's evidence, and that line's time: the
-    highest KV usage, the first such in log order (windows._pick_evidence over the
-    minutes' peak lines)."""
-    timed = [(p.ts(_PEAK_SECOND), p) for p in parts]
-    timed.sort(
+    highest KV usage (none, or 0: -1), the first such in log order
+    (windows._pick_evidence over the minutes' peak lines)."""
+    timed = sorted(
+        ((p.ts(_PEAK_SECOND), p) for p in parts),
         key=lambda tp: (
             tp[0],
             tp[1].rows.source,
             tp[1].read(_PEAK_LINE),
             tp[1].read(_PEAK_POS),
             tp[1].rows.sig,
-        )
+        ),
     )
-    return max(((p, ts) for ts, p in timed), key=lambda pt: _kv_of(pt[0]))
-
-
-def _kv_of(p: _Part) -> float:
-    """The peak line's KV usage as evidence picks by it (-1 for none, or 0)."""
-    return number(p.kv) or -1.0
+    ts, p = max(timed, key=lambda tp: number(tp[1].kv) or -1.0)
+    return p, ts
 
 
 class GroupWindow(_PeakWindow):
