@@ -617,9 +617,11 @@ def timeline(
 _FACT_NAMES = ("max_num_seqs", "max_running_requests", "max_model_len", "kv_tokens")
 
 
-def replica_line(r: ReplicaFacts) -> str:
-    """One replica in a line: engine and version, span, how it was dated, and the facts
-    the levers size from (each with the line that shows it)."""
+def replica_line(r: ReplicaFacts, *, short: bool = False, named: bool = True) -> str:
+    """One replica in a line: its name (`named`), engine and version, span, how it was
+    dated, and the facts the levers size from (each with the line that shows it;
+    `short`: a line of the replica's own file as `line N`, its path said once
+    already, as a page-long terminal report has room for)."""
     e = r.engine
     engine = " ".join(x for x in (e.engine, e.generation, e.version) if x)
     if r.start is None or r.end is None:
@@ -629,10 +631,19 @@ def replica_line(r: ReplicaFacts) -> str:
     else:  # a span past midnight names both days, or "00:00–00:00" reads as one minute
         span = f"{r.start:%Y-%m-%d %H:%M} → {r.end:%Y-%m-%d %H:%M}"
     facts = ", ".join(
-        f"{f.name}={f.value} [{f.source}]" for f in r.facts if f.name in _FACT_NAMES and f.source
+        f"{f.name}={f.value} [{_cited(f.source, r.replica if short else None)}]"
+        for f in r.facts
+        if f.name in _FACT_NAMES and f.source
     )
     dated = "; ".join(r.dated_by) or "not dated"
-    return f"{r.replica}: {engine}, {span} (dated by {dated})" + (f"; {facts}" if facts else "")
+    head = f"{r.replica}: {engine}" if named else engine
+    return f"{head}, {span} (dated by {dated})" + (f"; {facts}" if facts else "")
+
+
+def _cited(source: str, own: str | None) -> str:
+    """A fact's `file:line`, or `line N` where the file is `own`."""
+    path, _, line = source.rpartition(":")
+    return f"line {line}" if own is not None and path == own and line.isdigit() else source
 
 
 # ---------------------------------------------------------------- episodes

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from preemptdiag.model.config import Thresholds
 from preemptdiag.model.records import Class, Report
 from preemptdiag.render import common
 from preemptdiag.render.episodes import TimelineMode
@@ -175,12 +178,24 @@ def _evidence(console: Console, report: Report) -> None:
     lines, more = common.evidence_lines(report.verdict)
     if not lines:
         console.print(Text("  none", style="dim"))
-    grid = Table.grid(padding=(0, 2), pad_edge=False)
-    grid.add_column(style="cyan", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for ev in lines:
-        grid.add_row(Text(f"  {ev.location}"), Text(ev.text))
-    if lines:
+    if lines and max(len(ev.location) for ev in lines) * 3 > console.width:
+        # (a long path beside the text left it a column of a few words, six rows a
+        # line at 80 columns: each file on its row, its lines' texts under it)
+        file = None
+        for ev in lines:
+            path, _, line = ev.location.rpartition(":")
+            if path != file:
+                console.print(Text(f"  {path}", style="cyan"), overflow="fold")
+                file = path
+            row = Text(f"line {line}  ", style="cyan")
+            row.append(ev.text)
+            console.print(Padding(row, (0, 0, 0, 4)), overflow="fold")
+    elif lines:
+        grid = Table.grid(padding=(0, 2), pad_edge=False)
+        grid.add_column(style="cyan", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for ev in lines:
+            grid.add_row(Text(f"  {ev.location}"), Text(ev.text))
         console.print(grid)
     if more:
         console.print(Text(f"  … {more} more evidence line(s) in the JSON output", style="dim"))
@@ -217,12 +232,24 @@ def _footer(console: Console, report: Report) -> None:
         ("skipped", common.fmt_mapping(s.skipped)),
         ("engine", common.engine_label(report)),
         ("window", common.fmt_seconds(report.window_seconds)),
-        ("thresholds", common.fmt_mapping(report.thresholds, sort=False)),
+        ("thresholds", _thresholds(report.thresholds)),
         ("tool version", report.tool_version or common.EMPTY),
     ]
-    rows += [("replica", common.replica_line(r)) for r in report.replicas]
+    # (one replica, named by the one file read: the row above says its name)
+    named = len(report.replicas) > 1 or list(s.files) != [r.replica for r in report.replicas]
+    rows += [("replica", common.replica_line(r, short=True, named=named)) for r in report.replicas]
     rows += [("note", n) for n in report.notes]
     console.print(_fields(rows, style="dim"))
+
+
+def _thresholds(thresholds: Mapping[str, Any]) -> str:
+    """Those not at their defaults: all eleven were four rows of a page-long report at
+    80 columns, the same in nearly every run (the markdown and JSON list them all)."""
+    defaults = Thresholds().as_dict()
+    changed = {k: v for k, v in thresholds.items() if k not in defaults or defaults[k] != v}
+    if not changed:
+        return "the defaults (all listed in --format markdown or json)"
+    return f"{common.fmt_mapping(changed, sort=False)}; the others the defaults"
 
 
 def render_terminal(

@@ -358,14 +358,23 @@ def test_a_month_of_healthy_windows_is_one_page() -> None:
     assert len(json.loads(render(r, Format.JSON))["windows"]) == 43_200
 
 
+# A pod's log as kubelet names it (pod_namespace_container-<64 hex>): ~120 characters.
+_POD_LOG = "var/log/containers/vllm-7d9f8b6c5-x2x9q_default_vllm-" + "3f1e2d3c" * 8 + ".log"
+
+
+@pytest.mark.parametrize("name", ["day.log", _POD_LOG])
 def test_a_day_of_real_stats_lines_gives_a_one_page_terminal_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     start = datetime(2026, 3, 2, tzinfo=UTC)
     # line 4000 (11:06:40) carries the day's highest KV, line 7000 (19:26:40) its longest queue
     lines = healthy_v1_log(start, 24 * 60, spikes={4000: (0, 77.7), 7000: (3, 41.0)})
     monkeypatch.chdir(tmp_path)  # the evidence column holds the path as given
-    log = Path("day.log")
+    log = Path(name)
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("\n".join(lines) + "\n")
     for columns in ("80", "100"):  # (a day's report is a month's, line for line)
         monkeypatch.setenv("COLUMNS", columns)

@@ -17,8 +17,10 @@ from preemptdiag.model.records import (
     Confidence,
     EngineInfo,
     Event,
+    Fact,
     Kind,
     Lever,
+    ReplicaFacts,
     Report,
     ScanStats,
     Verdict,
@@ -268,11 +270,78 @@ def test_human_formats_show_evidence_location_lever_and_footer(fmt: Format) -> N
     assert "2024-06-16T21:25:00+00:00 → 2024-06-16T21:28:00+00:00" in text
     assert "vllm.preempt=3, vllm.stats=40" in text  # sorted per family
     assert "invalid_utf8=2" in text
-    assert "kv_pressure_pct=95, thrash_min_windows=3" in text
+    if fmt is Format.MARKDOWN:
+        assert "kv_pressure_pct=95, thrash_min_windows=3" in text
+    else:  # (a page-long report names only the thresholds changed: none here)
+        assert re.search(r"^  thresholds +the defaults \(all listed in --format", text, re.M)
     assert "vllm v0 0.6.3" in text
     assert "2.4 MiB (2,500,000 bytes)" in text
     assert "60 s" in text
     assert "cumulative counter" in text  # the note
+
+
+def test_a_terminal_report_names_only_the_thresholds_changed() -> None:
+    r = replace(thrash_report(), thresholds={**THRESHOLDS, "kv_pressure_pct": 90.0})
+    term = render(r, Format.TERMINAL)
+    assert re.search(r"^  thresholds +kv_pressure_pct=90; the others the defaults$", term, re.M)
+    # (the markdown, for a runbook, lists every one)
+    assert "kv_pressure_pct=90, thrash_min_windows=3" in render(r, Format.MARKDOWN)
+
+
+# A pod's log path as kubelet names it: ~130 characters.
+POD_LOG = (
+    "/var/log/containers/vllm-7d9f8b6c5-x2x9q_default_vllm-"
+    "3f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0.log"
+)
+
+
+def _pod_report(files: tuple[str, ...]) -> Report:
+    """thrash_report's, read from POD_LOG (and `files`), its replica's facts cited."""
+    r = thrash_report()
+    evidence = tuple(replace(e, source=POD_LOG) for e in r.verdict.evidence)
+    facts = ReplicaFacts(
+        replica=POD_LOG,
+        engine=EngineInfo("vllm", "v0", "0.6.3"),
+        start=datetime(2024, 6, 16, 21, 0, tzinfo=UTC),
+        end=datetime(2024, 6, 16, 21, 30, tzinfo=UTC),
+        dated_by=("--year 2024",),
+        facts=(Fact("max_num_seqs", "256", f"{POD_LOG}:2"), Fact("kv_tokens", "43664", "b.log:7")),
+    )
+    return replace(
+        r,
+        verdict=replace(r.verdict, evidence=evidence, replica=POD_LOG),
+        stats=replace(r.stats, files=files),
+        replicas=(facts,),
+    )
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_long_path_is_said_once_over_its_evidence_lines(width: int) -> None:
+    # Beside a 130-character path, an evidence line's text was a column a few words
+    # wide: the path now has its row, each line's text the width under it.
+    term = render(_pod_report((POD_LOG,)), Format.TERMINAL, width=width)
+    shown = term.split("Evidence\n")[1].split("\n\n")[0].splitlines()
+    assert "".join(ln.strip() for ln in shown[: -(-(len(POD_LOG) + 2) // width)]) == POD_LOG
+    rows = [ln for ln in shown if re.match(r"^    line \d+  ", ln)]
+    assert [ln.split()[1] for ln in rows] == ["120", "245"]
+    assert rows[0].startswith("    line 120  WARNING 06-16 21:25:03 scheduler.py:1089] Sequence")
+    assert max(map(len, term.splitlines())) <= width
+
+
+def test_the_replica_row_cites_its_own_files_lines_by_number() -> None:
+    # One replica named by the one file read: the files row says its name; a fact of
+    # its own file is `line N`, of another its file and line.
+    term = render(_pod_report((POD_LOG,)), Format.TERMINAL, width=200)
+    assert re.search(
+        r"^  replica +vllm v0 0\.6\.3, 2024-06-16 21:00–21:30 \(dated by --year 2024\); "
+        r"max_num_seqs=256 \[line 2\], kv_tokens=43664 \[b\.log:7\]$",
+        term,
+        re.M,
+    ), term
+    two = render(_pod_report((POD_LOG, "b.log")), Format.TERMINAL, width=400)
+    assert f"  replica       {POD_LOG}: vllm v0 0.6.3, " in two
+    # (the markdown, for a runbook, cites every fact's file)
+    assert f"max_num_seqs=256 [{POD_LOG}:2]" in render(_pod_report((POD_LOG,)), Format.MARKDOWN)
 
 
 @pytest.mark.parametrize("fmt", [Format.TERMINAL, Format.MARKDOWN])
