@@ -226,7 +226,12 @@ def snapped_mean(num: str, den: str) -> pl.Expr:
 # (_aggregated_small), with the polars query's results: importing polars (~0.12 s of
 # CPU and ~40 MiB) was a third of a small log's run and half its memory. Above it polars
 # is paid for. tests/timeline/test_windows_small.py holds the two to equal windows.
-SMALL_TABLE = 5000
+# Python was faster and leaner at every size measured: an SGLang server thrashing for
+# days, 27,650 retraction events (50 MiB of log), 6.2 s and 117 MiB against 6.7 s and
+# 180 MiB; 83,000 (150 MiB), 11.7 s and 258 MiB against 12.8 s and 359 MiB (both tables
+# are built from the events in Python; polars adds its import and its copy). It was
+# 5,000 until session 30.
+SMALL_TABLE = 1 << 18
 # The aggregate columns the V0 counter spread reads.
 _SPREAD_COLUMNS = ("replica", "wstart", "preemptions", "kv_max")
 
