@@ -185,3 +185,35 @@ def test_the_hour_a_dst_change_repeats_is_read_twice_not_merged(tmp_path: Path) 
         assert len(hot_windows) == 20
         assert all(w.waiting_first == w.waiting_last == 50 for w in hot_windows)
         assert hot_windows[0].start.astimezone(UTC).strftime("%H:%M") == hot_utc  # type: ignore[union-attr]
+
+
+def test_sglang_ranks_count_once_in_each_second(tmp_path: Path) -> None:
+    # (the copies of one second are interleaved with another record's; the same text a
+    # second later is a new record)
+    line = "[2025-03-07 21:49:{s} TP{r}] KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_token_ratio: 0.4512 -> 0.8127"
+    lines = [line.format(s=33, r=r, n=n) for r in range(4) for n in (3, 2)]
+    lines += [line.format(s=34, r=r, n=3) for r in range(4)]
+    pre, _ = events_of(tmp_path, lines)
+    assert [e.preemptions for e in pre] == [3, 2, 3]
+
+
+def test_copies_across_a_clock_that_went_back_count_once(tmp_path: Path) -> None:
+    # Where the stamps go back (here behind an unstamped hit, which _in_time_order
+    # does not reorder across), every key is kept, not a second's: the copy after the
+    # earlier second is still found.
+    from preemptdiag.ingest.sources import open_source
+    from preemptdiag.scan.matcher import Matcher
+    from preemptdiag.scan.passes import scan_fast
+    from preemptdiag.scan.signatures import load
+    from preemptdiag.timeline.events import _dedupe_ranks
+
+    line = "[2025-03-07 21:49:33 TP{r}] KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_token_ratio: 0.4512 -> 0.8127"
+    p = tmp_path / "ranks.log"
+    p.write_text("\n".join(line.format(r=r, n=n) for r, n in ((0, 3), (0, 2), (1, 3), (0, 1))))
+    a0, b, a1, x = scan_fast(open_source(str(p)), Matcher(load(None))).hits
+    at = datetime(2025, 3, 7, 21, 49, 40, tzinfo=UTC)
+    pairs = [(a0, at), (x, None), (b, at - timedelta(seconds=7)), (a1, at)]
+    assert [h for h, _ in _dedupe_ranks(pairs)] == [a0, x, b]
+    # (forward: the same copies a second apart are two records)
+    later = [(a0, at), (b, at + timedelta(seconds=1)), (a1, at + timedelta(seconds=1))]
+    assert [h for h, _ in _dedupe_ranks(later)] == [a0, b, a1]
