@@ -612,19 +612,17 @@ def _codec() -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
             from backports import zstd  # type: ignore[no-redef,unused-ignore]
         except ImportError:
             return partial(zlib.compress, level=1), zlib.decompress
-    return partial(_zstd_frame, zstd.ZstdCompressor), zstd.decompress
+    own = threading.local()  # (a compressor is used by one thread at a time)
 
+    def pack(data: bytes) -> bytes:
+        """zstd.compress(data, level=1) with this thread's compressor: a new one each
+        call was ~40 us, half of packing a calm block's ~60 small columns."""
+        got = getattr(own, "compressor", None)
+        if got is None:
+            got = own.compressor = zstd.ZstdCompressor(level=1)
+        return cast(bytes, got.compress(data, zstd.ZstdCompressor.FLUSH_FRAME))
 
-_COMPRESSORS = threading.local()  # (a compressor is used by one thread at a time)
-
-
-def _zstd_frame(made: Any, data: bytes) -> bytes:
-    """zstd.compress(data, level=1) with this thread's compressor: a new one each
-    call was ~40 us, half of packing a calm block's ~60 small columns."""
-    got = getattr(_COMPRESSORS, "level1", None)
-    if got is None:
-        got = _COMPRESSORS.level1 = made(level=1)
-    return cast(bytes, got.compress(data, made.FLUSH_FRAME))
+    return pack, zstd.decompress
 
 
 _OPEN: tuple[Packed, str, array[int]] | None = None  # (Packed._text: the last one read)

@@ -284,9 +284,7 @@ def _dedupe_ranks(pairs: list[tuple[Hit, datetime | None]]) -> list[tuple[Hit, d
     Where the stamped records' times never go back (the usual: _in_time_order), a
     record's copies are together, and only the current second's keys are kept, not
     every record's (a thrashing server's 83,000 retractions held ~60 MiB of them)."""
-    stamps = [t for _, t in pairs if t is not None]
-    forward = all(a <= b for a, b in pairwise(stamps))
-    del stamps
+    forward = all(a <= b for a, b in pairwise(t for _, t in pairs if t is not None))
     seen: set[tuple[object, ...]] = set()
     unstamped: set[tuple[object, ...]] = set()
     second: datetime | None = None
