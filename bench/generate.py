@@ -450,6 +450,62 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
     return w.written
 
 
+def generate_thrash(
+    out: BinaryIO, size: int, seed: int = 0, every_s: float = 5.0, ranks: int = 1
+) -> int:
+    """An SGLang server in a thrash loop all along: a decode batch line every 0.5 s
+    (token usage 0.97-0.99), a prefill line one time in ten, and a retraction every
+    ~`every_s` seconds, printed by each of `ranks` TP ranks (with several, one rank's
+    copy now and then after the next line: ranks print to one stream). Every minute
+    of it is an incident's minute: memory there follows the busy minutes."""
+    rng = random.Random(seed)
+    w = Writer(out, rng, datetime(2025, 11, 2, 0, 0, 0))
+    late: list[str] = []
+    while w.size < size:
+        w.now += timedelta(milliseconds=500)
+        at = f"{w.now:%Y-%m-%d %H:%M:%S}"
+        lines = []
+        if rng.random() < 0.1:
+            lines.append(
+                f"[{at} TP0] Prefill batch, #new-seq: 3, #new-token: {rng.randint(500, 8000)}, "
+                f"#cached-token: 10, token usage: 0.97, #running-req: 40, "
+                f"#queue-req: {rng.randint(5, 50)}, "
+            )
+        if rng.random() < 0.5 / every_s:
+            n = rng.randint(1, 4)
+            copies = [
+                f"[{at} TP{r}] KV cache pool is full. Retract requests. #retracted_reqs: {n}, "
+                f"#new_token_ratio: 0.7000 -> 0.9000"
+                for r in range(ranks)
+            ]
+            if ranks > 1 and rng.random() < 0.2:
+                late.append(copies.pop())
+            lines.extend(copies)
+        lines.append(
+            f"[{at} TP0] Decode batch, #running-req: {rng.randint(30, 60)}, "
+            f"#token: {rng.randint(400000, 500000)}, token usage: 0.9{rng.randint(7, 9)}, "
+            f"cuda graph: True, gen throughput (token/s): {rng.uniform(100, 3000):.2f}, "
+            f"#queue-req: {rng.randint(5, 50)}, "
+        )
+        lines, late = late + lines, []
+        for line in lines:
+            w.line(line)
+    w.flush()
+    return w.written
+
+
+def generate_thrash_ranks(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_thrash retracting every ~1 s, printed by 8 ranks."""
+    return generate_thrash(out, size, seed, every_s=1.0, ranks=8)
+
+
+def thrash_bytes(days: float, every_s: float = 5.0, ranks: int = 1) -> int:
+    """About the `size` for which generate_thrash writes `days` days (its mean line
+    lengths: decode ~162 bytes, prefill ~150, retraction ~126)."""
+    ticks = days * 86_400 * 2
+    return int(ticks * (162 + 0.1 * 150 + 0.5 / every_s * ranks * 126))
+
+
 def _v1_engine() -> Engine:
     return Engine(
         v1=True,
@@ -538,6 +594,8 @@ PROFILES = {
     "vllm-stats-busy": generate_busy,
     "vllm-v0-stats": generate_v0_stats,
     "vllm-requests": generate_requests,
+    "sglang-thrash": generate_thrash,
+    "sglang-thrash-ranks": generate_thrash_ranks,
 }
 
 

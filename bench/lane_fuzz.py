@@ -11,7 +11,8 @@ a queueing one's, a V0 server's, SGLang batch lines, request logging, the mixed 
 three of fuzz.py's mutators (late ones last, as there), and scanned three ways in
 blocks of 4-64 KiB: one line at a time (polars never paid), bulk.py from the first
 line (the lane off), and the lane tried on every block (bulk.py where it refuses).
-The oracle: all three give the same hits, rollup members, skips, counts and
+The oracle: all three give the same hits, rollup members (stats and preemption
+lines), skips, counts and
 line and byte totals; and analyze's report (the lane on every block) is the same with
 calm minutes (timeline/calm.py) as without. Input i of seed S is built from Random(f"{S}:{i}") alone.
 Found with it (session 13): a damaged `usage: 999...9%` cast and aggregated as 1e41 %
@@ -50,6 +51,7 @@ from preemptdiag.model.errors import DiagError  # noqa: E402
 from preemptdiag.render.json_format import report_dict  # noqa: E402
 from preemptdiag.scan.matcher import Matcher, ScanResult  # noqa: E402
 from preemptdiag.scan.passes import scan_fast  # noqa: E402
+from preemptdiag.scan.rollup import Rollups  # noqa: E402
 from preemptdiag.scan.signatures import load  # noqa: E402
 from preemptdiag.timeline.events import TimeContext  # noqa: E402
 
@@ -157,7 +159,7 @@ def differs(path: Path, block: int, matcher: Matcher, tally: Tally) -> str | Non
         lane.try_block, lane_plain.take = counted, plain  # type: ignore[assignment]
         with _scan_settings(block, after, lane_on, plain_on):
             try:
-                results[name] = _key(scan_fast(open_source(str(path)), matcher, rollup=True))
+                results[name] = _key(scan_fast(open_source(str(path)), matcher, rollup=Rollups.ALL))
             except DiagError as e:  # (a mutated file may be no text log at all)
                 results[name] = (str(e),)
             finally:

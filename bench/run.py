@@ -2,6 +2,7 @@
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
                         [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
+                        [--thrash 1,3]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -29,6 +30,10 @@ Rows:
   (--profile vllm-requests): many short lines a GiB, many loose literal hits.
 - `rg -c` (when ripgrep is installed; `n/a` otherwise): the second reference, the
   same alternation. It maps the file, so its peak RSS counts the file's pages.
+- `N d thrash` (`--thrash`, days, default 1,3): an SGLang server in a thrash loop all
+  along, a retraction every ~5 s (--profile sglang-thrash), and `N d thrash x8` the same
+  retracting every ~1 s, each printed by 8 TP ranks (--profile sglang-thrash-ranks):
+  every minute an incident's, so memory follows the busy minutes, not the retractions.
 - `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
   logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
   cannot be cut; MB/s counts the log's bytes, decompressed).
@@ -71,7 +76,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from generate import PROFILES, parse_size, span_bytes  # noqa: E402
+from generate import PROFILES, parse_size, span_bytes, thrash_bytes  # noqa: E402
 
 # Used while signatures/ holds too few literals to be representative.
 FALLBACK_LITERALS = (
@@ -347,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         default="1GiB",
         help="sizes of the V1 log with request logging on (short prompts, access lines)",
     )
+    ap.add_argument(
+        "--thrash",
+        default="1,3",
+        help="days of an SGLang log thrashing all along (one rank, and eight)",
+    )
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", help="prefilter engines to time (default: the one auto picks)")
@@ -391,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-v0-stats") for d in args.v0.split(",") if d]
     todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
     todo += [(parse_size(s), s, "vllm-gz") for s in args.gz.split(",") if s]
+    for d in (d for d in args.thrash.split(",") if d):
+        todo.append((thrash_bytes(float(d)), f"{d} d", "sglang-thrash"))
+        todo.append((thrash_bytes(float(d), every_s=1.0, ranks=8), f"{d} d", "sglang-thrash-ranks"))
     suffix = {
         "vllm": "",
         "sglang-dense": " dense",
@@ -399,13 +412,15 @@ def main(argv: list[str] | None = None) -> int:
         "vllm-stats-busy": " busy",
         "vllm-v0-stats": " V0",
         "vllm-requests": " requests",
+        "sglang-thrash": " thrash",
+        "sglang-thrash-ranks": " thrash x8",
     }
     for size, size_text, profile in todo:
         path = ensure_file(args.dir, size, profile)
         gz = profile.endswith("-gz")
         # MB/s counts the log's bytes: decompressed ones for a .gz.
         real = (path.with_suffix("") if gz else path).stat().st_size
-        name = size_text if "stats" in profile else _fmt_size(size)
+        name = size_text if "stats" in profile or "thrash" in profile else _fmt_size(size)
         label = name + suffix[profile]
         cmds: list[Timed] = []
         if grep and gz:

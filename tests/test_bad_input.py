@@ -251,11 +251,14 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
 def test_more_signal_lines_than_memory_allows(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Each signal line but stats lines (merged per minute) is an event that costs
-    # memory, so the default limit follows free memory; --max-events sets it (tested
-    # small here), 0 lifts it.
+    # Each signal line but those merged per minute (stats lines, stamped preemption
+    # lines) is an event that costs memory, so the default limit follows free memory;
+    # --max-events sets it (tested small here), 0 lifts it. (Preemption warnings with
+    # no stamp: one event each.)
     p = tmp_path / "dense.log"
-    p.write_text("".join(V0_PREEMPT + "\n" for _ in range(50)))
+    p.write_text(
+        "".join(V0_PREEMPT.replace("WARNING 09-11 17:21:29", "WARNING:") + "\n" for _ in range(50))
+    )
     code, _, err = run(capsys, "analyze", "--max-events", "49", str(p))
     assert code == 2
     assert one_line_error(err) == (

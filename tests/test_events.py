@@ -194,7 +194,9 @@ def test_sglang_ranks_count_once_in_each_second(tmp_path: Path) -> None:
     lines = [line.format(s=33, r=r, n=n) for r in range(4) for n in (3, 2)]
     lines += [line.format(s=34, r=r, n=3) for r in range(4)]
     pre, _ = events_of(tmp_path, lines)
-    assert [e.preemptions for e in pre] == [3, 2, 3]
+    # (one event: the minute's lines merged, rollup.PreemptionBuilder, as three records)
+    assert [(e.preemptions, e.lines) for e in pre] == [(3 + 2 + 3, 3)]
+    assert [e.line for e in pre[0].rollup.preempting] == [2, 9]  # type: ignore[union-attr]
 
 
 def test_copies_across_a_clock_that_went_back_count_once(tmp_path: Path) -> None:
@@ -213,7 +215,7 @@ def test_copies_across_a_clock_that_went_back_count_once(tmp_path: Path) -> None
     a0, b, a1, x = scan_fast(open_source(str(p)), Matcher(load(None))).hits
     at = datetime(2025, 3, 7, 21, 49, 40, tzinfo=UTC)
     pairs = [(a0, at), (x, None), (b, at - timedelta(seconds=7)), (a1, at)]
-    assert [h for h, _ in _dedupe_ranks(pairs)] == [a0, x, b]
+    assert [h for h, _ in _dedupe_ranks(pairs, set())] == [a0, x, b]
     # (forward: the same copies a second apart are two records)
     later = [(a0, at), (b, at + timedelta(seconds=1)), (a1, at + timedelta(seconds=1))]
-    assert [h for h, _ in _dedupe_ranks(later)] == [a0, b, a1]
+    assert [h for h, _ in _dedupe_ranks(later, set())] == [a0, b, a1]

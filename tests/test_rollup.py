@@ -570,3 +570,204 @@ def test_past_the_line_by_line_bound_a_late_count_keeps_its_rollups_and_says_so(
         exact.exit_code,
         exact.report.verdict.cls,
     )
+
+
+# --- preemption lines merged a minute at a time (rollup.PreemptionBuilder) -------------
+
+RETRACT = (
+    "{pod}[{date} {hms} TP{tp}] KV cache pool is full. Retract requests. #retracted_reqs: {n}, "
+    "#new_token_ratio: 0.4512 -> {ratio}"
+)
+SGL_CONFIG = (
+    "{pod}[{date} {hms} TP0] server_args=ServerArgs(model_path='/models/demo-8b', tp_size=2, "
+    "mem_fraction_static=0.88, max_running_requests=2048, chunked_prefill_size=8192)"
+)
+V0_WARN = (
+    "{ray}WARNING {md} {hms} scheduler.py:1560] Sequence group {rid} is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can "
+    "affect the end-to-end performance. Increase gpu_memory_utilization or "
+    "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}"
+)
+V0_START = "INFO {md} {hms} gpu_executor.py:122] # GPU blocks: {blocks}, # CPU blocks: 512"
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def _preempting(
+    seed: int, engine: str, back: float = 1 / 6, split: float = 0.1, late: float = 0.0
+) -> str:
+    """SGLang: retractions printed by several ranks (copies at one second, interleaved
+    with other records of that second) of two pods behind kubectl --prefix, and
+    batch lines. V0: warnings, copied now and then, from two Ray hosts and none,
+    counters that restart, and engine starts among them. Both: stamps out of order (a
+    share `back` of lines), records glued on one line, and unstamped failure lines,
+    which end rollups (a share `split` of units; as many put between two copies). A
+    share `late` of retractions has a rank's copy printed after the next unit's lines."""
+    r = random.Random(seed)
+    t = datetime(2025, 3, 4, 9, 58, 30, tzinfo=UTC)
+    out: list[str] = []
+    counters = {"10.0.0.1": 0, "10.0.0.2": 0}
+    held: list[str] = []  # a copy printed late
+    for _ in range(600):
+        out.extend(held)
+        held = []
+        t += timedelta(seconds=r.choice([0, 0, 0, 1, 1, 2, 7, 31]))
+        s = t - timedelta(seconds=2 if r.random() < back else 0)  # out of order now and then
+        what = r.random()
+        pod = r.choice(["", "", "[pod/sglang-0/server] ", "[pod/sglang-1/server] "])
+        date, hms, md = f"{s:%Y-%m-%d}", f"{s:%H:%M:%S}", f"{s:%m-%d}"
+        if what < split:
+            out.append(OOM)
+        elif engine == "sglang" and what < 0.7:
+            n, ratio = r.choice([1, 2, 3]), r.choice(["0.8127", "0.9000"])
+            copies = [
+                RETRACT.format(pod=pod, date=date, hms=hms, tp=tp, n=n, ratio=ratio)
+                for tp in range(r.choice([1, 2, 2, 4]))
+            ]
+            if r.random() < 0.2:  # another record of the same second between the copies
+                copies.insert(
+                    1, RETRACT.format(pod=pod, date=date, hms=hms, tp=0, n=7, ratio=ratio)
+                )
+            if r.random() < split:  # a failure line with no stamp between the copies
+                copies.insert(1, OOM)
+            if r.random() < 0.1 and len(copies) > 1:  # two records glued (a lost newline)
+                copies[:2] = [copies[0] + copies[1]]
+            if r.random() < late and len(copies) > 1:
+                held.append(copies.pop())
+            out.extend(copies)
+        elif engine == "sglang" and what < 0.95:
+            out.append(
+                SGL.format(
+                    date=date,
+                    hms=hms,
+                    tp=r.choice([0, 1]),
+                    run=r.randint(1, 9),
+                    kv=r.choice(["0.99", "0.50", "1.00"]),
+                    g="10.00",
+                    wait=r.choice([0, 4]),
+                ).rstrip(", ")
+            )
+        elif engine == "sglang":
+            out.append(SGL_CONFIG.format(pod=pod, date=date, hms=hms))
+        elif what < 0.85:
+            host = r.choice(list(counters))
+            counters[host] = 1 if r.random() < 0.05 else counters[host] + r.choice([1, 50])
+            ray = f"(RayWorkerWrapper pid=7{host[-1]}, ip={host}) " if r.random() < 0.5 else ""
+            line = V0_WARN.format(
+                ray=ray, md=md, hms=hms, rid=f"cmpl-{r.randrange(99)}", n=counters[host]
+            )
+            copies = [line] * r.choice([1, 1, 2])
+            if r.random() < 0.1:  # two records glued (a lost newline)
+                copies[-1] += line
+            out.extend(copies)
+        elif what < 0.9:
+            out.append(V0_START.format(md=md, hms=hms, blocks=r.choice([2000, 4000])))
+            counters = dict.fromkeys(counters, 0)
+        else:
+            out.append(f"{hms} some unrelated line")
+    return "\n".join(out) + "\n"
+
+
+def _rolled_preemptions(o: Outcome) -> int:
+    return sum(1 for e in o.events if e.kind is Kind.PREEMPTION and e.rollup is not None)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "v0"])
+@pytest.mark.parametrize("seed", range(4))
+def test_preemption_lines_roll_up_as_line_by_line(tmp_path: Path, seed: int, engine: str) -> None:
+    # In order and with nothing between a second's copies, the rollups stand; stamps
+    # that go back or copies split by an unstamped line make analyze read again.
+    for back, split in ((0.0, 0.0), (1 / 6, 0.1)):
+        p = tmp_path / f"preempting_{back}_{split}.log"
+        p.write_text(_preempting(seed, engine, back, split))
+        for window in (60, 120, 3600):
+            rolled = _assert_same_report([p], window_seconds=window)
+            if not back and not split:
+                assert _rolled_preemptions(rolled) > 20
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_ranks_copy_printed_late_joins_its_rollup(tmp_path: Path, seed: int) -> None:
+    # (after the next second's lines: several ranks print to one stream)
+    p = tmp_path / "late.log"
+    p.write_text(_preempting(seed, "sglang", back=0.0, split=0.0, late=0.3))
+    for window in (60, 120):
+        rolled = _assert_same_report([p], window_seconds=window)
+        assert _rolled_preemptions(rolled) > 20
+
+
+def test_preemption_rollups_stand_for_their_lines_in_an_ordered_log(tmp_path: Path) -> None:
+    # Stamps never go back and no copy crosses a rollup's edge: the rollups stay, and
+    # a minute of a retraction every two seconds from two ranks is one event.
+    lines = []
+    for k in range(180):
+        t = datetime(2025, 3, 4, 10, 0, tzinfo=UTC) + timedelta(seconds=2 * k)
+        lines += [
+            RETRACT.format(
+                pod="", date=f"{t:%Y-%m-%d}", hms=f"{t:%H:%M:%S}", tp=tp, n=k % 3 + 1, ratio="0.9"
+            )
+            for tp in (0, 1)
+        ]
+    p = tmp_path / "ordered.log"
+    p.write_text("\n".join(lines) + "\n")
+    rolled = _assert_same_report([p])
+    pre = [e for e in rolled.events if e.kind is Kind.PREEMPTION]
+    assert [e.lines for e in pre] == [30, 30, 30, 30, 30, 30]
+    assert sum(e.preemptions for e in pre) == sum(k % 3 + 1 for k in range(180))
+    # (each window's evidence: the first six retractions of its minute, one copy each)
+    w = rolled.report.windows[0]
+    assert [e.line for e in w.evidence] == [1, 3, 5, 7, 9, 11]
+
+
+def test_a_copy_across_a_rollups_edge_out_of_order_is_read_again_line_by_line(
+    tmp_path: Path,
+) -> None:
+    # The same records printed by two ranks at 10:00:05 and :07, the second copies
+    # after an unstamped line (which ends the rollup of the first): time goes back,
+    # and the first rollup's records of its middle stamps were merged.
+    def line(hms: str, tp: int, n: int) -> str:
+        return RETRACT.format(pod="", date="2025-03-04", hms=hms, tp=tp, n=n, ratio="0.9")
+
+    text = [line("10:00:05", 0, 3), line("10:00:07", 0, 2), line("10:00:09", 0, 1), OOM]
+    text += [line("10:00:05", 1, 3), line("10:00:07", 1, 2), line("10:00:10", 1, 4)]
+    p = tmp_path / "back.log"
+    p.write_text("\n".join(text) + "\n")
+    rolled = _assert_same_report([p])
+    assert _rolled_preemptions(rolled) == 0  # (scanned again without them)
+    pre = [e for e in rolled.events if e.kind is Kind.PREEMPTION]
+    assert sum(e.preemptions for e in pre) == 3 + 2 + 1 + 4
+    # From stdin it cannot be read again: the count the merged minutes give, and a note.
+    args = [sys.executable, "-m", "preemptdiag", "analyze", "--year", "2025", "-f", "json"]
+    piped = subprocess.run([*args, "-"], stdin=p.open("rb"), capture_output=True, check=False)
+    assert piped.returncode in (0, 1), piped.stderr
+    notes = json.loads(piped.stdout)["notes"]
+    assert any("cannot show their copies here (the log was piped)" in n for n in notes), notes
+
+
+def test_an_engine_start_among_v0_warnings_out_of_order_is_read_again(tmp_path: Path) -> None:
+    # The start (which resets the counter) printed after the minute's warnings but
+    # stamped inside their span.
+    warn = [
+        V0_WARN.format(ray="", md="03-04", hms=f"10:00:{s:02d}", rid="cmpl-1", n=n)
+        for s, n in ((5, 51), (20, 101), (40, 1), (50, 51))
+    ]
+    start = V0_START.format(md="03-04", hms="10:00:30", blocks=2000)
+    p = tmp_path / "start.log"
+    p.write_text("\n".join([*warn, "unstamped traceback line", OOM, start]) + "\n")
+    rolled = _assert_same_report([p])
+    assert _rolled_preemptions(rolled) == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_forked_workers_split_a_seconds_copies(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seed: int
+) -> None:
+    # Many ranges: some start among one second's copies (of several ranks), whose
+    # records the range before ends on. Each range's first stamp of a space stays lines
+    # of their own, so events finds the copies: no second scan, the same report.
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "RANGES_PER_JOB", 40)
+    p = tmp_path / "ranks.log"
+    p.write_text(_preempting(seed, "sglang", back=0.0, split=0.0, late=0.3))
+    one, two = _run([p], True, jobs=1), _run([p], True, jobs=2)
+    assert report_dict(two.report) == report_dict(one.report)
+    assert _rolled_preemptions(two) > 20

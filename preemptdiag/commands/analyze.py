@@ -44,6 +44,7 @@ from preemptdiag.model.records import (
     EngineInfo,
     Event,
     Hit,
+    Kind,
     Lever,
     ReadWindow,
     Report,
@@ -61,6 +62,7 @@ from preemptdiag.scan.limits import too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import dense, plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
+from preemptdiag.scan.rollup import Rollups
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.attach import attach_system_sources
 from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, weights
@@ -125,7 +127,7 @@ def scan_sources(
     progress: ProgressFactory | None = None,
     preload: Callable[[], None] | None = None,
     max_hits: int | None = None,
-    rollup: bool = False,
+    rollup: int = Rollups.NONE,
     calm_kv: float | None = None,
 ) -> list[ScanResult]:
     """Scan every source, in order. With several jobs and enough work the files go
@@ -338,6 +340,9 @@ class Again(Enum):
 
     CALM = "calm minutes"  # a calm window shares its window with an event
     ROLLUPS = "rollups and calm minutes"  # a late V1 count reads every stats line
+    # copies of preemption lines across a rollup's edges, or an engine start among
+    # its lines (events.build_events' doubts)
+    PREEMPTIONS = "rollups of preemption lines"
 
 
 # A late V1 count (visibility.Settled) reads every stats line's time, count and
@@ -381,7 +386,7 @@ def _judge(
     # from a line's to its minute's, and a window's confidence with it).
     late = {s.replica for s in vis.settled}
     if late:
-        summed = sum(e.lines for e in events if e.rollup is not None and e.replica in late)
+        summed = sum(e.lines for e in events if _rolled_stats(e) and e.replica in late)
         summed += calm_lines_of(calm, late)
         if summed and again and summed <= LINE_BY_LINE_MAX_LINES:
             return Again.ROLLUPS
@@ -414,7 +419,11 @@ def _judge(
 def _late_rolled(vis: Visibility, events: Sequence[Event]) -> bool:
     """Whether a replica whose V1 count is late has stats lines rolled up."""
     late = {s.replica for s in vis.settled}
-    return bool(late) and any(e.rollup is not None and e.replica in late for e in events)
+    return bool(late) and any(_rolled_stats(e) and e.replica in late for e in events)
+
+
+def _rolled_stats(e: Event) -> bool:
+    return e.rollup is not None and e.kind is Kind.STATS
 
 
 _LATE_ROLLED = (
@@ -440,7 +449,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     sources = [open_source(f) for f in opts.files]
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
-    rollup = opts.rollup and _rollup_exact(opts)
+    rollup = Rollups.ALL if opts.rollup and _rollup_exact(opts) else Rollups.NONE
     calm_kv = opts.thresholds.kv_pressure_pct if rollup and _calm_exact(opts, logs, proms) else None
     matcher = Matcher(sigs)
     # The scan makes no reference cycles (tests/test_scan.py checks every shipped and
@@ -454,22 +463,29 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         # (a log read from stdin cannot be read again)
         again = all(s.path is not None for s in logs)
         done = _judged(opts, results, logs, proms, again)
-        if done is Again.CALM:
-            # Calm minutes could not stand for their lines here (timeline/calm.py): as
-            # they all would have been, events. (Rare: the test suite's inputs, the
-            # corpus and the fuzzers' name which.)
+        while isinstance(done, Again):
+            # What the scan summed cannot stand for its lines here: scan again without
+            # it, one thing at a time. (Rare: the test suite's inputs, the corpus and
+            # the fuzzers name which.)
+            if done is Again.PREEMPTIONS:
+                # Copies of a preemption line across a minute's rollup, or an engine
+                # start among its lines, out of time order (events.build_events).
+                assert rollup & Rollups.PREEMPTIONS
+                rollup = Rollups.STATS
+            elif done is Again.CALM:
+                # Calm minutes (timeline/calm.py): as they all would have been, events.
+                assert calm_kv is not None
+                calm_kv = None
+            else:
+                # A late V1 count reads every stats line (visibility.Settled): line by
+                # line, where that costs little. (A V1 log with `Preemptions:` or
+                # /metrics scrapes.)
+                assert again
+                rollup, calm_kv, again = Rollups.NONE, None, False
             results = scan_sources(
-                logs, matcher, opts.jobs, None, None, opts.max_events, rollup, None
+                logs, matcher, opts.jobs, None, None, opts.max_events, rollup, calm_kv
             )
             done = _judged(opts, results, logs, proms, again)
-        if done is Again.ROLLUPS:
-            # A late V1 count reads every stats line (visibility.Settled): line by
-            # line, where that costs little. (A V1 log with `Preemptions:` or /metrics
-            # scrapes.)
-            results = scan_sources(
-                logs, matcher, opts.jobs, None, None, opts.max_events, False, None
-            )
-            done = _judged(opts, results, logs, proms, False)
         assert isinstance(done, Outcome)
         return done
 
@@ -484,7 +500,7 @@ def _judged(
     """Everything after the scan: events, windows, verdict, lever, the report. What
     to scan again without when the scan's calm minutes or rollups cannot stand for
     their lines (and `again`: the logs can be read again)."""
-    again = again and sum(r.bytes_read for r in results) <= LINE_BY_LINE_MAX_BYTES
+    readable, again = again, again and sum(r.bytes_read for r in results) <= LINE_BY_LINE_MAX_BYTES
     # How each log was dated, read off its hits: once they are events nothing else
     # needs them, and a month of stats rollups' hits (~0.5 KB a minute) go.
     dated = [
@@ -494,12 +510,16 @@ def _judged(
     hits_by_source: list[tuple[Sequence[Hit], datetime | None]] = [
         (r.hits, s.mtime) for r, s in zip(results, logs, strict=True)
     ]
-    events = build_events(hits_by_source, opts.time)
+    doubts: set[str] = set()
+    events = build_events(hits_by_source, opts.time, doubts)
     del hits_by_source
+    if doubts and readable:
+        return Again.PREEMPTIONS
     calm = _placed(results, events, opts.window_seconds)
     if calm is None:
         return Again.CALM
     notes: list[str] = rotation_notes(events)
+    notes.extend(f"{d} (the log was piped): a count may be off" for d in sorted(doubts))
     events = attach_system_sources(events, notes)
     store: tuple[str, int] | None = None  # (shown URL, replicas) of a store read
     if proms:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis, stdin_once
 from preemptdiag.model.records import Change, Comparison, Event, Kind, Side
 from preemptdiag.scan.rollup import AGG_FIELDS, number
+from preemptdiag.timeline.events import rollup_ends
 from preemptdiag.timeline.knobs import read_facts
 
 
@@ -44,7 +45,7 @@ def summarize(outcome: Outcome, files: Sequence[str]) -> Side:
     evs = outcome.events
     stats = [e for e in evs if e.kind is Kind.STATS]
     times = [e.ts for e in evs if e.ts is not None]
-    times += [e.rollup.last.ts for e in stats if e.rollup and e.rollup.last.ts is not None]
+    times += [m.ts for m in rollup_ends(evs) if m.ts is not None]
     minutes = (max(times) - min(times)).total_seconds() / 60.0 if len(times) > 1 else None
     pre = float(sum(e.preemptions for e in evs))
     kv = _Values(stats, "kv_usage")

@@ -61,6 +61,11 @@ class Confidence(StrEnum):
     LOW = "low"
 
 
+# What tells one printed record from another at one stamp (events._dedupe_ranks):
+# its fields, as (name, str(value)) in name order.
+CopyKey = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class RollupStats:
     """Aggregates over all `n` lines of a rollup, the carrier included; `sums`,
@@ -75,12 +80,23 @@ class RollupStats:
     waiting_pos: int  # lines with Waiting > 0
     peak_kv: float  # highest KV usage (-1: none)
     peak_running: int | None  # fewest running requests on a line at peak_kv
+    # A rollup of preemption lines (rollup.PreemptionBuilder) only. `preemptions` is
+    # then what its members after the carrier count (the carrier's own count depends
+    # on the lines before it: events._count_preemptions); the records of its first and
+    # of its last stamp (copies of them printed by other ranks count once:
+    # events._dedupe_ranks); a V0 counter's value after its last line, and its highest.
+    first_copies: frozenset[CopyKey] = frozenset()
+    last_copies: frozenset[CopyKey] = frozenset()
+    cumulative: int | None = None
+    highest: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Rollup(Generic[T]):
-    """Further stats lines merged into the hit or event that carries this (rollup.py):
-    their aggregates, and the member lines evidence and ordering can need."""
+    """Further lines merged into the hit or event that carries this (rollup.py): stats
+    lines, or preemption lines (`preempting`: the first members after the carrier,
+    `peak_first` is `last`); their aggregates, and the member lines evidence and
+    ordering can need."""
 
     stats: RollupStats
     last: T

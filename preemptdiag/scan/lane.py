@@ -801,8 +801,7 @@ def walk(
             # Another clock (month-day, date): the sink would close every open rollup
             # (they all have the old one) on the first line stamped with it.
             run_now = run
-            for k in list(sink.open):
-                sink._close(sink.open.pop(k))
+            sink.close()
             fed.clear()
             sink.clock = _clock(r, members[0])
         key = fed.pop(stream, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import sys
 from dataclasses import dataclass
 
 import regex
@@ -103,7 +104,7 @@ def normalise(raw: str) -> Line:
                 ts = m.group("ts") if "ts" in m.re.groupindex else m.group("up")
                 kind = k
                 if "rank" in m.re.groupindex and m.group("rank"):
-                    rank = m.group("rank").strip()
+                    rank = sys.intern(m.group("rank").strip())  # (one object a rank)
                 s = s[m.end() :]
                 # journald/syslog may wrap a dmesg uptime: keep the dated one.
                 if k in ("iso", "syslog"):

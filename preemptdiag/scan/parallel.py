@@ -33,7 +33,7 @@ from preemptdiag.scan.limits import Budget, SharedCounts, first_over, too_many
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import ProgressFn, scan_fast
 from preemptdiag.scan.prefilter import LineFinder, split_ranges
-from preemptdiag.scan.rollup import map_rollup
+from preemptdiag.scan.rollup import Rollups, map_rollup
 from preemptdiag.scan.rust_regex import mark_forked
 
 # Smaller files are scanned in-process: forking and merging cost more than they save.
@@ -231,7 +231,7 @@ def scan_parallel(
     start_progress: Callable[[], ProgressFn | None] | None = None,
     while_waiting: Callable[[int], bool] | None = None,
     max_hits: int | None = None,
-    rollup: bool = False,
+    rollup: int = Rollups.NONE,
     calm_kv: float | None = None,
 ) -> dict[int, ScanResult]:
     """Scan `tasks` (see plan) in up to `jobs` processes; the result of each source

@@ -33,7 +33,7 @@ from preemptdiag.scan.matcher import (
     decode_line,
 )
 from preemptdiag.scan.prefilter import Buffer, LineFinder, iter_blocks, number_lines
-from preemptdiag.scan.rollup import RollupSink
+from preemptdiag.scan.rollup import Rollups, RollupSink
 from preemptdiag.scan.signatures import found_in
 from preemptdiag.scan.wrap import (
     MAX_WRAP_LINES,
@@ -143,15 +143,16 @@ def scan_fast(
     byte_range: tuple[int, int] | None = None,
     first_line: int = 1,
     max_hits: int | None = None,
-    rollup: bool = False,
+    rollup: int = Rollups.NONE,
     snap: Snapshot | None = None,
     budget: Budget | None = None,
     calm_kv: float | None = None,
 ) -> ScanResult:
     """Scan `src` (or `byte_range` of it); more than `max_hits` events held is a
     DiagError, raised as soon as a block crosses it (see limits.py), and so is a
-    shared `budget` (--jobs workers) running out. With `rollup`, stats lines of one
-    stream and clock minute come back merged (rollup.py); with `calm_kv` too, the
+    shared `budget` (--jobs workers) running out. With `rollup` (rollup.Rollups: True
+    is STATS), stats lines of one stream and clock minute come back merged, and with
+    PREEMPTIONS preemption lines too (rollup.py); with `calm_kv` too, the
     stream-minutes the lane finds calm come back as numbers (ScanResult.calm).
 
     A file is read from `snap` (one open for the run, snapshot.py), or from one taken
@@ -178,7 +179,8 @@ def scan_fast(
     if byte_range is not None and byte_range[0] > 0 and first_line == 1:
         _prime(src, matcher, byte_range[0], snap)
     if rollup:
-        result.sink = RollupSink(result.hits)
+        mid_file = byte_range is not None and byte_range[0] > 0
+        result.sink = RollupSink(result.hits, bool(rollup & Rollups.PREEMPTIONS), mid_file=mid_file)
         result.calm_kv = calm_kv
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line

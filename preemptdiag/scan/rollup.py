@@ -29,11 +29,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import IntFlag
 from functools import lru_cache
 from typing import Protocol, TypeVar
 
 from preemptdiag.model.records import (
     CALM_AGG_FIELDS,
+    CopyKey,
     FieldValue,
     Hit,
     Kind,
@@ -45,6 +47,16 @@ from preemptdiag.model.timeparse import parse_iso
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+
+class Rollups(IntFlag):
+    """What a scan merges a minute at a time (`True` is STATS)."""
+
+    NONE = 0
+    STATS = 1  # stats lines per stream (Builder)
+    PREEMPTIONS = 2  # preemption lines per copy space (PreemptionBuilder)
+    ALL = STATS | PREEMPTIONS
+
 
 # The fields windows and compare aggregate, in Rollup.sums/counts/maxes order.
 AGG_FIELDS = CALM_AGG_FIELDS  # (defined beside the calm minutes' columns, which list them)
@@ -136,6 +148,19 @@ def stamp_of(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
             return clock, None, None
         return clock, m["minute"], m["sec"]
     return None, None, None
+
+
+def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
+    """What tells a printed record from a copy of it at the same stamp (another rank
+    printed it too): its fields (events._dedupe_ranks)."""
+    return tuple(sorted([(k, str(v)) for k, v in fields.items()]))
+
+
+def copy_space(h: Hit) -> tuple[object, ...]:
+    """Which records may be copies of one another: one signature, one Ray host (its
+    ip: hosts are separate engines) and one pod (so are pods)."""
+    host = h.proc.split("@", 1)[1] if h.proc and "@" in h.proc else None
+    return (h.sig, host, h.pod)
 
 
 def stream_key(h: Hit) -> tuple[object, ...] | None:
@@ -315,6 +340,181 @@ class Builder:
         return _with(last, last_fields(last.fields), "", None)
 
 
+# The members after its carrier a rollup of preemption lines keeps with their text:
+# what a window's evidence can pick of them (windows.MAX_EVIDENCE_PER_WINDOW, less
+# the carrier). Evidence takes a window's preemption lines first of each signature,
+# then by line number, and a rollup's members come in line order.
+KEPT_PREEMPTIONS = 5
+
+
+class PreemptionBuilder:
+    """An open rollup of preemption lines (SGLang's retractions, V0's sampled warnings,
+    ...): one copy space (copy_space) and clock minute. A thrashing server prints one
+    every few seconds, and a hit and an event each were ~1.6 KB: its log's memory grew
+    with its retractions (~190 MiB at 150 MiB of log).
+
+    Exactness (held to line by line by the same tests as stats rollups): a copy of a
+    record at the same stamp (another rank's) counts once here, as in
+    events._dedupe_ranks; the records of its first and last line's stamps go with the
+    rollup, so copies across its edges are found there, and where they cannot be (a
+    line of its space inside its span, out of time order) events says so and analyze
+    scans again without these rollups. Ranks print a second's copies a little out of
+    order: a line stamped before the one above joins, unless it is before the carrier
+    (which stays the first line in time) or carries a V0 counter (read in time order).
+    Counts: SGLang's `count` summed; a V0 warning's counter delta from the one before
+    (a counter that went down: the engine restarted, all of it counts), the carrier's
+    own left to events (it depends on the lines before); a line with neither: one, a
+    lower bound. A start-up line (config, capacity) resets V0 counters in events: it
+    ends the open rollups that carry one."""
+
+    __slots__ = (
+        "carrier",
+        "clock",
+        "copies",
+        "counted",
+        "counter",
+        "first",
+        "highest",
+        "kept",
+        "kept_from",
+        "last",
+        "last_at",
+        "latest",
+        "latest_at",
+        "lower",
+        "minute",
+        "n",
+        "preemptions",
+        "slot",
+        "wrapper",
+    )
+
+    def __init__(
+        self,
+        slot: int,
+        hit: Hit,
+        minute: str,
+        instant: object,
+        clock: tuple[str, str] | None,
+    ) -> None:
+        self.slot = slot
+        self.carrier = self.last = self.latest = hit
+        self.clock = clock
+        self.minute = minute
+        self.first = self.last_at = self.latest_at = instant
+        self.wrapper = hit.ts_wrapper.kind if hit.ts_wrapper else ""
+        cum = hit.fields.get("cumulative")
+        self.counted = isinstance(cum, int)
+        self.counter = self.highest = max(cum, 0) if isinstance(cum, int) else None
+        self.n = 1
+        self.preemptions = 0
+        self.lower = False
+        # every stamp's records so far (the minute's lines of one space: a few dozen)
+        self.copies: dict[object, set[CopyKey]] = {instant: {copy_key(hit.fields)}}
+        self.kept: list[Hit] = []
+        self.kept_from: Hit | None = None  # the line the last of `kept` was made of
+
+    def accepts(self, hit: Hit, minute: str, instant: object) -> bool:
+        wrapper = hit.ts_wrapper.kind if hit.ts_wrapper else ""
+        return (
+            minute == self.minute
+            and instant >= (self.last_at if self.counted else self.first)  # type: ignore[operator]
+            and wrapper == self.wrapper
+            and isinstance(hit.fields.get("cumulative"), int) == self.counted
+        )
+
+    def add(self, hit: Hit, instant: object) -> None:
+        # (a copy too is the last line: the one an unstamped line after it is timed by)
+        self.last, self.last_at = hit, instant
+        if instant >= self.latest_at:  # type: ignore[operator]
+            self.latest, self.latest_at = hit, instant
+        records = self.copies.setdefault(instant, set())
+        key = copy_key(hit.fields)
+        if key in records:
+            return  # another rank's copy: counted once
+        records.add(key)
+        self.n += 1
+        f = hit.fields
+        cum, count = f.get("cumulative"), f.get("count")
+        if isinstance(cum, int):
+            assert self.counter is not None
+            self.preemptions += cum - self.counter if cum >= self.counter else cum
+            self.counter = max(cum, 0)
+            self.highest = max(self.highest or 0, cum)
+        elif isinstance(count, int):
+            self.preemptions += count
+        else:
+            self.preemptions += 1
+            self.lower = True
+        if len(self.kept) < KEPT_PREEMPTIONS:
+            # (evidence reads their text, where and when: not their fields, ~40 % of
+            # what they held)
+            self.kept.append(_with(hit, _NO_FIELDS, hit.text, None))
+            self.kept_from = hit
+
+    def _alone(self) -> bool:
+        return self.n == 1 and self.last is self.carrier
+
+    def members(self) -> int:
+        if self._alone():
+            return 0
+        extra = self.latest is not self.last and self.latest is not self.carrier
+        extra = extra and self.latest is not self.kept_from
+        return len(self.kept) + (self.last is not self.kept_from) + extra
+
+    def build(self) -> Hit:
+        if self._alone():
+            return self.carrier
+        stats = RollupStats(
+            n=self.n,
+            preemptions=self.preemptions,
+            lower=self.lower,
+            sums=(),
+            counts=(),
+            maxes=(),
+            waiting_pos=0,
+            peak_kv=-1.0,
+            peak_running=None,
+            first_copies=_several(self.copies[self.first]),
+            last_copies=_several(self.copies[self.last_at]),
+            cumulative=self.counter,
+            highest=self.highest,
+        )
+        # The last line, read for its time, order and fields (its stamp's record, when
+        # it is the one: _several), and the latest in time (a replica's end, compare's
+        # minutes); one object where either is also kept.
+        kept = list(self.kept)
+        made: dict[int, Hit] = {}
+        if self.kept_from is not None:
+            made[id(self.kept_from)] = kept[-1]
+        if self.last is self.kept_from:
+            made[id(self.last)] = kept[-1] = _with(kept[-1], self.last.fields, kept[-1].text, None)
+        else:
+            made[id(self.last)] = _with(self.last, self.last.fields, "", None)
+        made[id(self.carrier)] = self.carrier
+        latest = made.get(id(self.latest)) or _with(self.latest, _NO_FIELDS, "", None)
+        c = self.carrier
+        return _with(c, c.fields, c.text, Rollup(stats, made[id(self.last)], latest, tuple(kept)))
+
+
+_NO_FIELDS: Mapping[str, FieldValue] = {}  # (shared, never written)
+_ONE: frozenset[CopyKey] = frozenset()
+
+
+def _several(copies: set[CopyKey] | frozenset[CopyKey]) -> frozenset[CopyKey]:
+    """A stamp's records, kept where there are several: one is the carrier's or the
+    last line's own (events.copies_at)."""
+    return frozenset(copies) if len(copies) > 1 else _ONE
+
+
+def _instant(h: Hit, sec: str) -> object:
+    """The time a line's stamp gives it within its minute (events' `t` to the
+    microsecond): an ISO/SQL wrapper's parsed stamp, an engine stamp's seconds."""
+    if h.ts_wrapper is not None:
+        return parse_iso(h.ts_wrapper.text)
+    return sec
+
+
 def last_fields(fields: Mapping[str, FieldValue]) -> Mapping[str, FieldValue]:
     """The fields a rollup keeps of its last line (LAST_FIELDS), one shared mapping
     for equal values: a healthy server's last lines are nearly all `Waiting: 0`, and a
@@ -354,7 +554,11 @@ class RollupSink:
     """Appends hits to `hits`, merging stats lines into per-stream rollups."""
 
     hits: list[Hit]
+    # Preemption lines merged too (PreemptionBuilder); analyze scans again without
+    # where events finds they cannot stand for their lines.
+    preemptions: bool = False
     open: dict[tuple[object, ...], Builder] = field(default_factory=dict)  # by stream_key
+    opened: dict[tuple[object, ...], PreemptionBuilder] = field(default_factory=dict)  # copy_space
     # The clock of the last stamped hit: every open rollup has it (closing below keeps
     # that true), so a hit with the same clock need not look at them.
     clock: tuple[str, str] | None = None
@@ -365,16 +569,97 @@ class RollupSink:
     # after its carrier or opening the line, so events.resolve_times can tell from
     # the hits alone which of a line's records came last.
     line: int = 0
-    went_to: Builder | None = None
+    went_to: Builder | PreemptionBuilder | None = None
+    # Where a copy space's closed rollup of preemption lines reached (its minute, its
+    # latest stamp, the stamp's kind): a line of the space stamped there or before in
+    # that minute stays a line of its own, and events finds its copies among the
+    # rollup's last records exactly (a rollup starting there could not take them off).
+    # A scan of a range that starts mid-file (--jobs) begins each space the same way:
+    # the range before may end on copies of its first records.
+    edges: dict[tuple[object, ...], tuple[str, object, str]] = field(default_factory=dict)
+    mid_file: bool = False
+    began: set[tuple[object, ...]] = field(default_factory=set)
 
-    def _close(self, b: Builder) -> None:
+    def _close(self, b: Builder | PreemptionBuilder) -> None:
         self.hits[b.slot] = b.build()
         self.members += b.members()
+        if isinstance(b, PreemptionBuilder):
+            self.edges[copy_space(b.carrier)] = (b.minute, b.latest_at, b.wrapper)
 
     def add(self, hit: Hit) -> None:
-        clock, minute, sec = stamp(hit)
+        when = stamp(hit)
+        if hit.kind is Kind.PREEMPTION and self.preemptions:
+            self._add_preemption(hit, when)
+            return
+        if hit.kind in (Kind.CONFIG, Kind.CAPACITY) and self.opened:
+            # (an engine start resets V0 counters: events._count_preemptions)
+            for k in [k for k, b in self.opened.items() if b.counted]:
+                self._close(self.opened.pop(k))
+        _, minute, sec = when
         key = stream_key(hit) if minute is not None and sec is not None else None
-        self.add_ref(hit, hit.fields, (clock, minute, sec), key, hit.line)
+        self.add_ref(hit, hit.fields, when, key, hit.line)
+
+    def _arrive(self, line: int, clock: tuple[str, str] | None, minute: str | None) -> bool:
+        """A line's hit arrives: the open rollups its clock ends close. Whether it may
+        join a rollup: it is its line's first hit, or `went_to` (then set by the caller)
+        is the rollup it may join."""
+        # May join a rollup: the line's first hit, or one right after a hit of it.
+        first = line != self.line
+        self.line, self.went_to = line, None
+        if minute is None:
+            # A stamp that is no time (`14:35:99…`, Feb 29 without a leap year) is no
+            # stamp to events: timed by the line before, like an unstamped line.
+            clock = None
+        if clock is None or clock != self.clock:
+            # A member is timed from its carrier, as if the lines between left the
+            # clock as the carrier did: true while they stamp the same date (ISO) or
+            # month-day (engine). Any other line ends the open rollups it differs from
+            # (an unstamped one all of them: it is timed by the line before it, which
+            # events.resolve_times then finds among the closed rollups' last lines).
+            if self.open:
+                self._close_all(self.open, clock)
+            if self.opened:
+                self._close_all(self.opened, clock)
+        self.clock = clock
+        return first
+
+    def _close_all(
+        self,
+        open_: dict[tuple[object, ...], Builder] | dict[tuple[object, ...], PreemptionBuilder],
+        clock: tuple[str, str] | None = None,
+    ) -> None:
+        """Close the open rollups of `open_` (those of another clock than `clock`)."""
+        for k in [k for k, b in open_.items() if clock is None or b.clock != clock]:
+            self._close(open_.pop(k))
+
+    def _add_preemption(self, hit: Hit, when: Stamp) -> None:
+        after = self.went_to
+        clock, minute, sec = when
+        first = self._arrive(hit.line, clock, minute)
+        if minute is None or sec is None or hit.repeat != 1 or hit.uptime is not None:
+            self.hits.append(hit)
+            return
+        key = copy_space(hit)
+        instant = _instant(hit, sec)
+        b = self.opened.get(key)
+        if b is not None and b.accepts(hit, minute, instant) and (first or after is b):
+            b.add(hit, instant)
+            self.went_to = b
+            return
+        if b is not None:
+            self._close(self.opened.pop(key))
+        wrapper = hit.ts_wrapper.kind if hit.ts_wrapper else ""
+        if self.mid_file and key not in self.began:
+            self.began.add(key)
+            self.edges[key] = (minute, instant, wrapper)
+        edge = self.edges.get(key)
+        if edge is not None and edge[0] == minute and (edge[2] != wrapper or instant <= edge[1]):  # type: ignore[operator]
+            self.hits.append(hit)
+            return
+        self.went_to = self.opened[key] = PreemptionBuilder(
+            len(self.hits), hit, minute, instant, clock
+        )
+        self.hits.append(hit)
 
     def add_ref(
         self,
@@ -386,23 +671,9 @@ class RollupSink:
     ) -> None:
         """add() of a line given as a ref with its hit's fields, stamp(),
         stream_key() (None where stream_key is, or the stamp has no minute) and line."""
-        # May join a rollup: the line's first hit, or one right after a hit of it.
-        first, after = line != self.line, self.went_to
-        self.line, self.went_to = line, None
+        after = self.went_to
         clock, minute, sec = when
-        if minute is None:
-            # A stamp that is no time (`14:35:99…`, Feb 29 without a leap year) is no
-            # stamp to events: timed by the line before, like an unstamped line.
-            clock = None
-        if self.open and (clock is None or clock != self.clock):
-            # A member is timed from its carrier, as if the lines between left the
-            # clock as the carrier did: true while they stamp the same date (ISO) or
-            # month-day (engine). Any other line ends the open rollups it differs from
-            # (an unstamped one all of them: it is timed by the line before it, which
-            # events.resolve_times then finds among the closed rollups' last lines).
-            for k in [k for k, b in self.open.items() if clock is None or b.clock != clock]:
-                self._close(self.open.pop(k))
-        self.clock = clock
+        first = self._arrive(line, clock, minute)
         if key is None or minute is None or sec is None:
             self.hits.append(real(ref))
             return
@@ -419,9 +690,8 @@ class RollupSink:
         self.hits.append(hit)
 
     def close(self) -> None:
-        for b in self.open.values():
-            self._close(b)
-        self.open.clear()
+        self._close_all(self.open)
+        self._close_all(self.opened)
 
 
 def map_rollup(r: Rollup[T], f: Callable[[T], U]) -> Rollup[U]:

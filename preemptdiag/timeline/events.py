@@ -13,7 +13,7 @@ Counting rules (design.md section 2):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from itertools import pairwise
@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from preemptdiag.ingest.rotation import Span, rotated_sets
 from preemptdiag.model.records import (
+    CopyKey,
     EngineInfo,
     Event,
     FieldValue,
@@ -39,7 +40,13 @@ from preemptdiag.model.timeparse import (
     parse_iso,
     parse_month_day,
 )
-from preemptdiag.scan.rollup import map_rollup, member_time, stats_preemptions
+from preemptdiag.scan.rollup import (
+    copy_key,
+    copy_space,
+    map_rollup,
+    member_time,
+    stats_preemptions,
+)
 
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
 S = TypeVar("S", str, WrapperStamp)  # a stamp as the engine or a wrapper printed it
@@ -187,7 +194,9 @@ def resolve_times(
     if ctx.year is None:
         written = mtime if mtime is not None else datetime.now(tz=UTC)
         dated = [
-            (member_time(h.rollup.last, h, t) or t) if h.rollup else t
+            max(member_time(m, h, t) or t for m in (h.rollup.last, h.rollup.peak_first))
+            if h.rollup
+            else t
             for h, t in out
             if t is not None and not _has_own_year(h)
         ]
@@ -279,37 +288,85 @@ def _replica(h: Hit, rotated: Mapping[str, str]) -> str:
     return rotated.get(h.source, h.source)
 
 
-def _dedupe_ranks(pairs: list[tuple[Hit, datetime | None]]) -> list[tuple[Hit, datetime | None]]:
-    """The same record printed by several ranks/workers at the same second counts once.
-    Where the stamped records' times never go back (the usual: _in_time_order), a
-    record's copies are together, and only the current second's keys are kept, not
-    every record's (a thrashing server's 83,000 retractions held ~60 MiB of them)."""
+def _dedupe_ranks(
+    pairs: list[tuple[Hit, datetime | None]], doubts: set[str]
+) -> list[tuple[Hit, datetime | None]]:
+    """The same record printed by several ranks/workers at the same second counts once
+    (records of one copy space: rollup.copy_space). Where the stamped records' times
+    never go back (the usual: _in_time_order), a record's copies are together, and
+    only each space's current stamp's records are kept, not every record's (a
+    thrashing server's 83,000 retractions held ~60 MiB of them).
+
+    A rollup of preemption lines (rollup.PreemptionBuilder) counted its own copies
+    once and brings the records of its first and last stamp. Where that cannot stand
+    for its lines, `doubts` says why: a copy of a record of its first stamp before it,
+    a line of its space inside its span, or times that go back (its middle stamps'
+    records are gone)."""
     forward = all(a <= b for a, b in pairwise(t for _, t in pairs if t is not None))
-    seen: set[tuple[object, ...]] = set()
+    # (forward) per space: the stamp seen last, its records, and the latest time seen
+    now: dict[tuple[object, ...], tuple[datetime | None, set[CopyKey], datetime]] = {}
+    seen: set[tuple[object, ...]] = set()  # (not forward) every record
     unstamped: set[tuple[object, ...]] = set()
-    second: datetime | None = None
     out: list[tuple[Hit, datetime | None]] = []
     for h, t in pairs:
         if h.kind in (Kind.STATS, Kind.CONFIG, Kind.CAPACITY):
             out.append((h, t))
             continue
-        if forward and t is not None and t != second:
-            seen.clear()
-            second = t
-        # Ray hosts are separate engines: their ip is part of the identity.
-        host = h.proc.split("@", 1)[1] if h.proc and "@" in h.proc else None
-        key = (h.sig, t, host, tuple(sorted((k, str(v)) for k, v in h.fields.items())))
-        keys = unstamped if t is None else seen
-        if key in keys:
+        space, r = copy_space(h), h.rollup
+        if not forward or t is None:
+            if r is not None:
+                doubts.add(_COPIES_ACROSS)
+            key = (space, t, copy_key(h.fields))
+            keys = unstamped if t is None else seen
+            if key in keys:
+                continue
+            keys.add(key)
+            out.append((h, t))
             continue
-        keys.add(key)
+        state = now.get(space)
+        records, latest = (set(), t) if state is None else (state[1], state[2])
+        if state is not None:
+            # Inside a rollup's span (at its last line's time or not): line by line it
+            # would sit among the rollup's members, whose records are gone.
+            if t < latest or (t == latest and state[0] != t):
+                doubts.add(_COPIES_ACROSS)
+            if state[0] != t:
+                records = set()
+        if r is None:
+            record = copy_key(h.fields)
+            if record in records:
+                continue
+            records.add(record)
+            now[space] = (t, records, max(latest, t))
+            out.append((h, t))
+            continue
+        first = r.stats.first_copies or (copy_key(h.fields),)
+        if not records.isdisjoint(first):
+            if r.stats.n == 1:
+                continue  # copies of one record already counted (its lines all are)
+            doubts.add(_COPIES_ACROSS)
+        records.update(first)
+        end = member_time(r.last, h, t) or t
+        if end != t:
+            records = set(r.stats.last_copies or (copy_key(r.last.fields),))
+        ends = (end, member_time(r.peak_first, h, t) or t)
+        now[space] = (end, records, max(latest, *ends))
         out.append((h, t))
     return out
 
 
+_COPIES_ACROSS = "preemption lines merged a minute at a time cannot show their copies here"
+
+
 def build_events(
-    hits_by_source: Iterable[tuple[Sequence[Hit], datetime | None]], ctx: TimeContext
+    hits_by_source: Iterable[tuple[Sequence[Hit], datetime | None]],
+    ctx: TimeContext,
+    doubts: set[str] | None = None,
 ) -> list[Event]:
+    """The hits of every source as events, timed and counted. `doubts` gets why the
+    rollups of preemption lines among the hits cannot stand for their lines, if they
+    cannot (then scan again without them)."""
+    doubts = set() if doubts is None else doubts
     sources = list(hits_by_source)
     if ctx.boot_time is None:
         # One node's dmesg uptime stamps can borrow the boot time another file shows.
@@ -329,7 +386,7 @@ def build_events(
         if len(parts) > 1:  # a rotated set: every member has a span
             parts.sort(key=lambda part: part[0] or (_NO_TIME, _NO_TIME))
         joined = _in_time_order([pair for _, part in parts for pair in part])
-        events.extend(_count_preemptions(_dedupe_ranks(joined), rotated))
+        events.extend(_count_preemptions(_dedupe_ranks(joined, doubts), rotated, doubts))
     events.sort(key=lambda e: (e.ts is None, e.ts or _NO_TIME, e.source, e.line))
     return _shutdown_races(events)
 
@@ -375,10 +432,12 @@ def _span(pairs: Sequence[tuple[Hit, datetime | None]]) -> Span | None:
 
 
 def _count_preemptions(
-    pairs: Sequence[tuple[Hit, datetime | None]], rotated: Mapping[str, str]
+    pairs: Sequence[tuple[Hit, datetime | None]], rotated: Mapping[str, str], doubts: set[str]
 ) -> list[Event]:
     counters: dict[tuple[str, str], int] = {}
     started: set[str] = set()  # replicas whose engine start is in the log
+    # per replica: where its last rollup of V0 warnings ended (time, source, line)
+    reach: dict[str, tuple[datetime, str, int]] = {}
     out: list[Event] = []
     for h, ts in pairs:
         replica = _replica(h, rotated)
@@ -390,6 +449,10 @@ def _count_preemptions(
             started.add(replica)
             for key in [k for k in counters if k[0] == replica]:
                 del counters[key]
+            end = reach.get(replica)
+            if end is not None and ts is not None and _inside(ts, h, end):
+                # (line by line it would reset the counter among the rollup's lines)
+                doubts.add(_START_INSIDE)
         if h.kind is Kind.PREEMPTION:
             cum = f.get("cumulative")
             count = f.get("count")
@@ -409,10 +472,22 @@ def _count_preemptions(
                 else:
                     n = cum  # counter went down: engine restarted
                 counters[key] = max(cum, 0)
+                if h.rollup is not None and h.rollup.stats.cumulative is not None:
+                    counters[key] = h.rollup.stats.cumulative
+                    last = h.rollup.last
+                    end_ts = member_time(last, h, ts)
+                    if end_ts is not None:
+                        reach[replica] = max(
+                            reach.get(replica, (end_ts, last.source, last.line)),
+                            (end_ts, last.source, last.line),
+                        )
             elif isinstance(count, int):
                 n = count
             else:
                 n, lower = 1, True
+            if h.rollup is not None:  # (what its members after the carrier count)
+                n += h.rollup.stats.preemptions
+                lower = lower or h.rollup.stats.lower
         elif h.kind is Kind.STATS:
             st = h.rollup.stats if h.rollup else None
             n, lower = (st.preemptions, st.lower) if st else stats_preemptions(f)
@@ -424,6 +499,16 @@ def _count_preemptions(
         rollup = _member_events(h, ts, replica) if h.rollup else None
         out.append(_event(h, ts, replica, n, lower, kind=kind, fields=f, rollup=rollup))
     return out
+
+
+_START_INSIDE = "an engine start falls among V0 warnings merged a minute at a time"
+
+
+def _inside(ts: datetime, h: Hit, end: tuple[datetime, str, int]) -> bool:
+    """Whether a start-up line at `ts` falls before the end of a rollup (`end`) already
+    counted: the sink ends them at such a line, so only one out of time order does."""
+    at, source, line = end
+    return ts < at or (ts == at and not (h.source == source and h.line > line))
 
 
 def _event(
@@ -469,11 +554,18 @@ def _member_events(h: Hit, ts: datetime | None, replica: str) -> Rollup[Event]:
     def event(m: Hit) -> Event:
         if id(m) in made:
             return made[id(m)]
-        n, lower = stats_preemptions(m.fields)
+        n, lower = stats_preemptions(m.fields) if m.kind is Kind.STATS else _own(m.fields)
         made[id(m)] = _event(m, member_time(m, h, ts), replica, n, lower)
         return made[id(m)]
 
     return map_rollup(h.rollup, event)
+
+
+def _own(f: Mapping[str, FieldValue]) -> tuple[int, bool]:
+    """What a preemption line counts by itself (a V0 warning's delta needs the one
+    before it: here one, a lower bound); a rollup member's, for evidence."""
+    count = f.get("count")
+    return (count, False) if isinstance(count, int) else (1, True)
 
 
 def _no_kv_room(f: Mapping[str, FieldValue]) -> bool:
@@ -531,6 +623,15 @@ def version_at_least(info: EngineInfo, *want: int) -> bool | None:
     if parsed is None:
         return None
     return parsed.release >= want
+
+
+def rollup_ends(events: Iterable[Event]) -> Iterator[Event]:
+    """The lines that end the rollups among `events` in time: the last (stats lines
+    and V0 warnings only go forward) and the latest (a rank's copy may come late)."""
+    for e in events:
+        if e.rollup is not None:
+            yield e.rollup.last
+            yield e.rollup.peak_first
 
 
 def with_text(e: Event, text: str) -> Event:

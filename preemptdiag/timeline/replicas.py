@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from preemptdiag.model.records import Event, Fact, ReplicaFacts
 from preemptdiag.timeline.calm import Weights, lines
-from preemptdiag.timeline.events import detect_engine
+from preemptdiag.timeline.events import detect_engine, rollup_ends
 from preemptdiag.timeline.knobs import read_facts
 
 
@@ -46,7 +46,7 @@ def replica_facts(
                 Fact("max_concurrency", f"{facts.max_concurrency:g}", _at(facts.concurrency_line))
             )
         stamps = [e.ts for e in evs if e.ts is not None]
-        stamps += [e.rollup.last.ts for e in evs if e.rollup and e.rollup.last.ts is not None]
+        stamps += [m.ts for m in rollup_ends(evs) if m.ts is not None]
         out.append(
             ReplicaFacts(
                 replica=name,

@@ -116,7 +116,7 @@ def _rows(events: Sequence[Event], seconds: int) -> Iterator[tuple[Any, ...]]:
             (r.stats.n if r else 1) if is_stats else 0,
             float(e.preemptions),
             e.lower_bound,
-            _int(e.fields.get("cumulative")),
+            r.stats.highest if r and not is_stats else _int(e.fields.get("cumulative")),
             *(_stats_cells(e) if is_stats else _NO_STATS),
             _micros(last.ts),
             last.line,
@@ -516,7 +516,14 @@ def _spread_counter_deltas(
         assert e.ts is not None
         prev = last_seen.get(e.replica)
         last_seen[e.replica] = e.ts
-        if prev is None or e.preemptions <= 1:
+        # A rollup of warnings (rollup.PreemptionBuilder) is one clock minute, one
+        # window: its members' deltas stay there, as they would line by line; its
+        # carrier's spreads back to the warning before it.
+        own_count = e.preemptions
+        if e.rollup is not None:
+            own_count -= e.rollup.stats.preemptions
+            last_seen[e.replica] = e.rollup.last.ts or e.ts
+        if prev is None or own_count <= 1:
             continue
         own = (e.replica, window_start(e.ts, seconds))
         if counted_since is not None and e.engine == "prometheus":
@@ -532,8 +539,8 @@ def _spread_counter_deltas(
         ]
         if not targets or targets == [hi]:
             continue
-        totals[own] -= e.preemptions
-        share = e.preemptions / len(targets)
+        totals[own] -= own_count
+        share = own_count / len(targets)
         for w in targets:
             totals[(e.replica, w)] += share
             key = (e.replica, w)
@@ -577,6 +584,16 @@ def _stats_lines(evs: Sequence[Event]) -> Iterator[Event]:
                     yield m
 
 
+def _lines(evs: Sequence[Event]) -> Iterator[Event]:
+    """The events, a rollup of preemption lines with the members evidence can pick
+    (its first ones: the carrier is the first line of its signature in the window or
+    comes after that one, and the rest go by line number)."""
+    for e in evs:
+        yield e
+        if e.rollup is not None and e.kind is not Kind.STATS:
+            yield from e.rollup.preempting
+
+
 def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
     """The lines that decide a window: failures first, then preemptions, then the
     stats line with the highest KV usage (and a preempting stats line)."""
@@ -585,11 +602,14 @@ def _pick_evidence(evs: Sequence[Event]) -> tuple[Event, ...]:
     # then repeats, so a report's `Tasks state` table cannot push the kill out.
     firsts = {id(e) for e in {e.sig: e for e in reversed(evs)}.values()}
 
-    def order(e: Event) -> tuple[int, bool, bool, bool, int]:
+    def order(e: Event) -> tuple[object, ...]:
         kill = e.fields.get("subtype") == "kernel_kill"
-        return (_EVIDENCE_ORDER[e.kind], not kill, id(e) not in firsts, e.ts is None, e.line)
+        # (ties on a line number, from two files or records glued on one line, go by
+        # time: a rollup's members come after its carrier, not in the window's order)
+        first = id(e) not in firsts
+        return (_EVIDENCE_ORDER[e.kind], not kill, first, e.ts is None, e.line, *_log_order(e))
 
-    for e in sorted(evs, key=order):
+    for e in sorted(_lines(evs), key=order):
         if e.kind is Kind.STATS:
             continue
         if e.kind in (Kind.CAPACITY, Kind.CONFIG, Kind.CONTEXT):
