@@ -47,7 +47,7 @@ from preemptdiag.scan.matcher import (
     new_hit,
     ts_tag,
 )
-from preemptdiag.scan.rollup import RollupSink, key_of, stamp_of
+from preemptdiag.scan.rollup import RollupSink, key_of, space_of, stamp_of
 from preemptdiag.scan.rust_regex import ascii_only, rust_ok, usable, zero_test
 from preemptdiag.scan.signatures import (
     CONVERTERS,
@@ -373,8 +373,11 @@ def _emit(matcher: Matcher, source: str, lineno: int, r: _Ready, result: ScanRes
             return False
     head = Stamps(line.ts_wrapper, line.ts_kind, line.rank, line.pod, line.uptime)
     made = partial(new_hit, source, lineno, sig, fields, text, r.start, r.end, head)
-    if result.sink is not None and sig.kind is Kind.STATS:
-        _to_sink(result.sink, _Deferred(made), lineno, r, fields, head)
+    sink = result.sink
+    if sink is not None and (
+        sig.kind is Kind.STATS or (sig.kind is Kind.PREEMPTION and sink.preemptions)
+    ):
+        _to_sink(sink, _Deferred(made), lineno, r, fields, head)
     else:
         result.add(made())
     result.recognised[sig.family] += 1
@@ -404,21 +407,29 @@ def _to_sink(
     fields: dict[str, FieldValue],
     head: Stamps,
 ) -> None:
-    """RollupSink.add of d's hit, with the parts of the hit the sink reads worked out
-    as new_hit works them out, but without making it: most stats lines only add to
-    a rollup's aggregates, and a hit (evidence text, record bounds) costs ~10 us."""
+    """RollupSink.add of d's hit (a stats or preemption line's), with the parts of the
+    hit the sink reads worked out as new_hit works them out, but without making it:
+    most such lines only add to a rollup's aggregates (a thrashing server's
+    retractions too: a day of eight ranks printing one a second is ~690,000 lines),
+    and a hit (evidence text, record bounds) costs ~10 us."""
     text, start = r.line.text, r.start
     wrapper = ts_tag(head.ts_wrapper, head.ts_kind)
     when = stamp_of(wrapper, r.head[1] if r.head else ln.engine_ts_before(text, start))
+    alone = head.uptime is not None or (ln.repeat_count(text) if "[repeated" in text else 1) != 1
+    if r.sig.kind is Kind.PREEMPTION:
+        space = space_of(r.sig.id, _proc(r, head), head.pod)
+        sink.add_preemption(d, fields, when, space, wrapper, alone, lineno)
+        return
     key = None
-    if (
-        when[1] is not None
-        and (ln.repeat_count(text) if "[repeated" in text else 1) == 1
-        and head.uptime is None
-    ):
-        proc = (r.head[0] if r.head else ln.proc_before(text, start)) or ln.sglang_rank(head.rank)
+    if when[1] is not None and not alone:
         # The hit's text is a part of the line's (plus " …" when cut): what the
         # stream key looks for in it is only worth finding there when the line has it.
         evidence = cut(ln.record_text(text, start, r.end)) if " llm_engine.py:" in text else ""
-        key = key_of(r.sig.id, proc, head.pod, wrapper, fields, evidence)
+        key = key_of(r.sig.id, _proc(r, head), head.pod, wrapper, fields, evidence)
     sink.add_ref(d, fields, when, key, lineno)
+
+
+def _proc(r: _Ready, head: Stamps) -> str | None:
+    """The process or rank new_hit gives the hit."""
+    text, start = r.line.text, r.start
+    return (r.head[0] if r.head else ln.proc_before(text, start)) or ln.sglang_rank(head.rank)

@@ -159,8 +159,13 @@ def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
 def copy_space(h: Hit) -> tuple[object, ...]:
     """Which records may be copies of one another: one signature, one Ray host (its
     ip: hosts are separate engines) and one pod (so are pods)."""
-    host = h.proc.split("@", 1)[1] if h.proc and "@" in h.proc else None
-    return (h.sig, host, h.pod)
+    return space_of(h.sig, h.proc, h.pod)
+
+
+def space_of(sig: str, proc: str | None, pod: str | None) -> tuple[object, ...]:
+    """copy_space() of a hit with these parts."""
+    host = proc.split("@", 1)[1] if proc and "@" in proc else None
+    return (sig, host, pod)
 
 
 def stream_key(h: Hit) -> tuple[object, ...] | None:
@@ -376,7 +381,6 @@ class PreemptionBuilder:
         "first",
         "highest",
         "kept",
-        "kept_from",
         "last",
         "last_at",
         "latest",
@@ -398,7 +402,7 @@ class PreemptionBuilder:
         clock: tuple[str, str] | None,
     ) -> None:
         self.slot = slot
-        self.carrier = self.last = self.latest = hit
+        self.carrier = hit
         self.clock = clock
         self.minute = minute
         self.first = self.last_at = self.latest_at = instant
@@ -411,30 +415,33 @@ class PreemptionBuilder:
         self.lower = False
         # every stamp's records so far (the minute's lines of one space: a few dozen)
         self.copies: dict[object, set[CopyKey]] = {instant: {copy_key(hit.fields)}}
-        self.kept: list[Hit] = []
-        self.kept_from: Hit | None = None  # the line the last of `kept` was made of
+        self.kept: list[Ref] = []  # the first members after the carrier
+        self.last: Ref = hit
+        self.latest: Ref = hit
 
-    def accepts(self, hit: Hit, minute: str, instant: object) -> bool:
-        wrapper = hit.ts_wrapper.kind if hit.ts_wrapper else ""
+    def accepts(
+        self, fields: Mapping[str, FieldValue], wrapper: str, minute: str, instant: object
+    ) -> bool:
+        """Whether a line with these fields, wrapper stamp kind, minute and stamp joins."""
         return (
             minute == self.minute
             and instant >= (self.last_at if self.counted else self.first)  # type: ignore[operator]
             and wrapper == self.wrapper
-            and isinstance(hit.fields.get("cumulative"), int) == self.counted
+            and isinstance(fields.get("cumulative"), int) == self.counted
         )
 
-    def add(self, hit: Hit, instant: object) -> None:
+    def add(self, ref: Ref, f: Mapping[str, FieldValue], instant: object) -> None:
+        """Add a line (its hit's fields `f`): a Deferred one costs a hit only if kept."""
         # (a copy too is the last line: the one an unstamped line after it is timed by)
-        self.last, self.last_at = hit, instant
+        self.last, self.last_at = ref, instant
         if instant >= self.latest_at:  # type: ignore[operator]
-            self.latest, self.latest_at = hit, instant
+            self.latest, self.latest_at = ref, instant
         records = self.copies.setdefault(instant, set())
-        key = copy_key(hit.fields)
+        key = copy_key(f)
         if key in records:
             return  # another rank's copy: counted once
         records.add(key)
         self.n += 1
-        f = hit.fields
         cum, count = f.get("cumulative"), f.get("count")
         if isinstance(cum, int):
             assert self.counter is not None
@@ -447,10 +454,7 @@ class PreemptionBuilder:
             self.preemptions += 1
             self.lower = True
         if len(self.kept) < KEPT_PREEMPTIONS:
-            # (evidence reads their text, where and when: not their fields, ~40 % of
-            # what they held)
-            self.kept.append(_with(hit, _NO_FIELDS, hit.text, None))
-            self.kept_from = hit
+            self.kept.append(ref)
 
     def _alone(self) -> bool:
         return self.n == 1 and self.last is self.carrier
@@ -458,9 +462,8 @@ class PreemptionBuilder:
     def members(self) -> int:
         if self._alone():
             return 0
-        extra = self.latest is not self.last and self.latest is not self.carrier
-        extra = extra and self.latest is not self.kept_from
-        return len(self.kept) + (self.last is not self.kept_from) + extra
+        own = {id(self.carrier), *map(id, self.kept)}
+        return len(self.kept) + len({id(self.last), id(self.latest)} - own)
 
     def build(self) -> Hit:
         if self._alone():
@@ -480,21 +483,23 @@ class PreemptionBuilder:
             cumulative=self.counter,
             highest=self.highest,
         )
-        # The last line, read for its time, order and fields (its stamp's record, when
-        # it is the one: _several), and the latest in time (a replica's end, compare's
-        # minutes); one object where either is also kept.
-        kept = list(self.kept)
-        made: dict[int, Hit] = {}
-        if self.kept_from is not None:
-            made[id(self.kept_from)] = kept[-1]
-        if self.last is self.kept_from:
-            made[id(self.last)] = kept[-1] = _with(kept[-1], self.last.fields, kept[-1].text, None)
-        else:
-            made[id(self.last)] = _with(self.last, self.last.fields, "", None)
-        made[id(self.carrier)] = self.carrier
-        latest = made.get(id(self.latest)) or _with(self.latest, _NO_FIELDS, "", None)
+        # Evidence reads the kept members' text, place and time, not their fields
+        # (~40 % of what they held). The last line is read for its time, order and
+        # fields (its stamp's record, where it is the one: _several), the latest in time
+        # for a replica's end and compare's minutes; one object for a line's roles.
+        made: dict[int, Hit] = {id(self.carrier): self.carrier}
+        for ref in self.kept:
+            h = real(ref)
+            made[id(ref)] = _with(h, _NO_FIELDS, h.text, None)
+        last = real(self.last)
+        text = made[id(self.last)].text if id(self.last) in made else ""
+        made[id(self.last)] = _with(last, last.fields, text, None)
+        if id(self.latest) not in made:
+            made[id(self.latest)] = _with(real(self.latest), _NO_FIELDS, "", None)
+        kept = tuple(made[id(ref)] for ref in self.kept)
         c = self.carrier
-        return _with(c, c.fields, c.text, Rollup(stats, made[id(self.last)], latest, tuple(kept)))
+        rollup = Rollup(stats, made[id(self.last)], made[id(self.latest)], kept)
+        return _with(c, c.fields, c.text, rollup)
 
 
 _NO_FIELDS: Mapping[str, FieldValue] = {}  # (shared, never written)
@@ -505,14 +510,6 @@ def _several(copies: set[CopyKey] | frozenset[CopyKey]) -> frozenset[CopyKey]:
     """A stamp's records, kept where there are several: one is the carrier's or the
     last line's own (events.copies_at)."""
     return frozenset(copies) if len(copies) > 1 else _ONE
-
-
-def _instant(h: Hit, sec: str) -> object:
-    """The time a line's stamp gives it within its minute (events' `t` to the
-    microsecond): an ISO/SQL wrapper's parsed stamp, an engine stamp's seconds."""
-    if h.ts_wrapper is not None:
-        return parse_iso(h.ts_wrapper.text)
-    return sec
 
 
 def last_fields(fields: Mapping[str, FieldValue]) -> Mapping[str, FieldValue]:
@@ -589,7 +586,9 @@ class RollupSink:
     def add(self, hit: Hit) -> None:
         when = stamp(hit)
         if hit.kind is Kind.PREEMPTION and self.preemptions:
-            self._add_preemption(hit, when)
+            plain = hit.repeat != 1 or hit.uptime is not None
+            space = copy_space(hit)
+            self.add_preemption(hit, hit.fields, when, space, hit.ts_wrapper, plain, hit.line)
             return
         if hit.kind in (Kind.CONFIG, Kind.CAPACITY) and self.opened:
             # (an engine start resets V0 counters: events._count_preemptions)
@@ -632,23 +631,37 @@ class RollupSink:
         for k in [k for k, b in open_.items() if clock is None or b.clock != clock]:
             self._close(open_.pop(k))
 
-    def _add_preemption(self, hit: Hit, when: Stamp) -> None:
+    def add_preemption(
+        self,
+        ref: Ref,
+        fields: Mapping[str, FieldValue],
+        when: Stamp,
+        key: tuple[object, ...],
+        stamp: WrapperStamp | None,
+        plain: bool,
+        line: int,
+    ) -> None:
+        """add() of a preemption line given as a ref with its hit's fields, stamp(),
+        copy_space(), wrapper stamp, whether it must stay a line of its own (a Ray
+        repeat, a dmesg uptime) and line."""
         after = self.went_to
         clock, minute, sec = when
-        first = self._arrive(hit.line, clock, minute)
-        if minute is None or sec is None or hit.repeat != 1 or hit.uptime is not None:
-            self.hits.append(hit)
+        first = self._arrive(line, clock, minute)
+        if minute is None or sec is None or plain:
+            self.hits.append(real(ref))
             return
-        key = copy_space(hit)
-        instant = _instant(hit, sec)
+        # The line's time within its minute as events gives it (to the microsecond):
+        # an ISO/SQL wrapper's stamp parsed, an engine stamp's seconds.
+        instant = parse_iso(stamp.text) if stamp is not None else sec
+        wrapper = stamp.kind if stamp is not None else ""
         b = self.opened.get(key)
-        if b is not None and b.accepts(hit, minute, instant) and (first or after is b):
-            b.add(hit, instant)
+        if b is not None and b.accepts(fields, wrapper, minute, instant) and (first or after is b):
+            b.add(ref, fields, instant)
             self.went_to = b
             return
         if b is not None:
             self._close(self.opened.pop(key))
-        wrapper = hit.ts_wrapper.kind if hit.ts_wrapper else ""
+        hit = real(ref)
         if self.mid_file and key not in self.began:
             self.began.add(key)
             self.edges[key] = (minute, instant, wrapper)
