@@ -771,3 +771,17 @@ def test_forked_workers_split_a_seconds_copies(
     one, two = _run([p], True, jobs=1), _run([p], True, jobs=2)
     assert report_dict(two.report) == report_dict(one.report)
     assert _rolled_preemptions(two) > 20
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York"])
+def test_zoneless_stamps_in_a_named_zone(tmp_path: Path, zone: str) -> None:
+    # SGLang's stamps carry no zone: in a named --tz, a member line's time was its wall
+    # clock given the carrier's (by then UTC) zone, hours off: evidence times, Waiting's
+    # last value and a verdict moved.
+    from zoneinfo import ZoneInfo
+
+    p = tmp_path / "sglang.log"
+    p.write_text(_preempting(0, "sglang", back=0.0, split=0.0, late=0.3))
+    rolled = _assert_same_report([p], time=TimeContext(year=2025, tz=ZoneInfo(zone)))
+    assert _rolled_preemptions(rolled) > 20
+    assert any(e.rollup for e in rolled.events if e.kind is Kind.STATS)

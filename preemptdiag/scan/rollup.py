@@ -722,7 +722,12 @@ def member_time(member: Hit, carrier: Hit, carrier_ts: datetime | None) -> datet
         if dt is None:
             return carrier_ts
         if member.ts_wrapper.kind == "sql":
-            dt = dt.replace(tzinfo=carrier_ts.tzinfo)
+            # Zoneless: the carrier's time plus the member's seconds after it. In a
+            # named --tz the carrier's is in UTC by now (events._in_utc), and the
+            # member's wall clock given the carrier's zone put it hours off (SGLang's
+            # stamps with --tz Europe/Berlin: evidence, Waiting's last value, a verdict).
+            base = parse_iso(carrier.ts_wrapper.text) if carrier.ts_wrapper else None
+            return carrier_ts if base is None else carrier_ts + (dt - base)
         return dt
     engine = member.ts_engine
     if engine is not None and len(engine) == 14 and engine[12:].isdigit():
