@@ -785,3 +785,21 @@ def test_zoneless_stamps_in_a_named_zone(tmp_path: Path, zone: str) -> None:
     rolled = _assert_same_report([p], time=TimeContext(year=2025, tz=ZoneInfo(zone)))
     assert _rolled_preemptions(rolled) > 20
     assert any(e.rollup for e in rolled.events if e.kind is Kind.STATS)
+
+
+def test_a_window_outside_the_log_counts_every_line_and_its_span(tmp_path: Path) -> None:
+    # "N event(s) matched ... the input spans A to B": N counted events, not lines, and
+    # B was the last rollup's first line, not its last.
+    p = tmp_path / "ranks.log"
+    p.write_text(_preempting(3, "sglang", back=0.0, split=0.0, late=0.3))
+    after = datetime(2025, 3, 5, 0, 0, tzinfo=UTC)
+    rolled = _assert_same_report([p], since=after, until=after + timedelta(hours=1))
+    every = _run([p], False).events
+    last = max(e.ts for e in every if e.ts is not None)
+    assert rolled.report.verdict.why == (
+        f"{len(every)} event(s) matched, but none fall between 2025-03-05 00:00:00 and "
+        "2025-03-05 01:00:00 (--since/--until); the input spans 2025-03-04 09:58:31 to "
+        f"{last:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    merged = _run([p], True).events
+    assert len(merged) < len(every) and max(e.ts for e in merged if e.ts) < last

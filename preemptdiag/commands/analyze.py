@@ -69,7 +69,7 @@ from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, weigh
 from preemptdiag.timeline.calm import lines as calm_lines
 from preemptdiag.timeline.calm import lines_of as calm_lines_of
 from preemptdiag.timeline.calm import windows as calm_windows
-from preemptdiag.timeline.events import TimeContext, build_events, detect_engine
+from preemptdiag.timeline.events import TimeContext, build_events, detect_engine, rollup_ends
 from preemptdiag.timeline.knobs import read_facts
 from preemptdiag.timeline.replicas import replica_facts
 from preemptdiag.timeline.scrapes import (
@@ -643,6 +643,7 @@ def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None
     if not any(opts.clock_range):
         return since, until
     stamps = [e.ts for e in events if e.ts is not None]
+    stamps += [m.ts for m in rollup_ends(events) if m.ts is not None]
     if not stamps:
         return since, until
     first, last = min(stamps), max(stamps)
@@ -677,12 +678,14 @@ def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None
 
 
 def _filtered_out(events: Sequence[Event], since: datetime | None, until: datetime | None) -> str:
+    # (every line's: a rollup's lines count, and its last may be its latest)
     stamps = [e.ts for e in events if e.ts is not None]
+    stamps += [m.ts for m in rollup_ends(events) if m.ts is not None]
     span = f"{min(stamps):%Y-%m-%d %H:%M:%S} to {max(stamps):%Y-%m-%d %H:%M:%S}" if stamps else "?"
     lo = f"{since:%Y-%m-%d %H:%M:%S}" if since else "the start"
     hi = f"{until:%Y-%m-%d %H:%M:%S}" if until else "the end"
     return (
-        f"{len(events)} event(s) matched, but none fall between {lo} and {hi} "
+        f"{sum(e.lines for e in events)} event(s) matched, but none fall between {lo} and {hi} "
         f"(--since/--until); the input spans {span} UTC"
     )
 

@@ -106,6 +106,7 @@ def number(v: object) -> float | None:
 
 
 Stamp = tuple[tuple[str, str] | None, str | None, str | None]
+Instant = tuple[int, int]  # a stamp's second and microsecond in its minute (_instant)
 
 
 def stamp(h: Hit) -> Stamp:
@@ -398,7 +399,7 @@ class PreemptionBuilder:
         slot: int,
         hit: Hit,
         minute: str,
-        instant: object,
+        instant: Instant,
         clock: tuple[str, str] | None,
     ) -> None:
         self.slot = slot
@@ -414,27 +415,27 @@ class PreemptionBuilder:
         self.preemptions = 0
         self.lower = False
         # every stamp's records so far (the minute's lines of one space: a few dozen)
-        self.copies: dict[object, set[CopyKey]] = {instant: {copy_key(hit.fields)}}
+        self.copies: dict[Instant, set[CopyKey]] = {instant: {copy_key(hit.fields)}}
         self.kept: list[Ref] = []  # the first members after the carrier
         self.last: Ref = hit
         self.latest: Ref = hit
 
     def accepts(
-        self, fields: Mapping[str, FieldValue], wrapper: str, minute: str, instant: object
+        self, fields: Mapping[str, FieldValue], wrapper: str, minute: str, instant: Instant
     ) -> bool:
         """Whether a line with these fields, wrapper stamp kind, minute and stamp joins."""
         return (
             minute == self.minute
-            and instant >= (self.last_at if self.counted else self.first)  # type: ignore[operator]
+            and instant >= (self.last_at if self.counted else self.first)
             and wrapper == self.wrapper
             and isinstance(fields.get("cumulative"), int) == self.counted
         )
 
-    def add(self, ref: Ref, f: Mapping[str, FieldValue], instant: object) -> None:
+    def add(self, ref: Ref, f: Mapping[str, FieldValue], instant: Instant) -> None:
         """Add a line (its hit's fields `f`): a Deferred one costs a hit only if kept."""
         # (a copy too is the last line: the one an unstamped line after it is timed by)
         self.last, self.last_at = ref, instant
-        if instant >= self.latest_at:  # type: ignore[operator]
+        if instant >= self.latest_at:
             self.latest, self.latest_at = ref, instant
         records = self.copies.setdefault(instant, set())
         key = copy_key(f)
@@ -500,6 +501,14 @@ class PreemptionBuilder:
         c = self.carrier
         rollup = Rollup(stats, made[id(self.last)], made[id(self.latest)], kept)
         return _with(c, c.fields, c.text, rollup)
+
+
+def _instant(sec: str) -> Instant:
+    """A stamp's seconds and microseconds within its minute, as events reads them
+    (timeparse.parse_iso: a fraction's first six digits; `,` or `.`): with the minute
+    (which carries the stamp's zone) the time events gives the line."""
+    whole, _, frac = sec.replace(",", ".").partition(".")
+    return int(whole), int((frac + "000000")[:6]) if frac.isdigit() else 0
 
 
 _NO_FIELDS: Mapping[str, FieldValue] = {}  # (shared, never written)
@@ -573,7 +582,7 @@ class RollupSink:
     # rollup's last records exactly (a rollup starting there could not take them off).
     # A scan of a range that starts mid-file (--jobs) begins each space the same way:
     # the range before may end on copies of its first records.
-    edges: dict[tuple[object, ...], tuple[str, object, str]] = field(default_factory=dict)
+    edges: dict[tuple[object, ...], tuple[str, Instant, str]] = field(default_factory=dict)
     mid_file: bool = False
     began: set[tuple[object, ...]] = field(default_factory=set)
 
@@ -650,9 +659,7 @@ class RollupSink:
         if minute is None or sec is None or plain:
             self.hits.append(real(ref))
             return
-        # The line's time within its minute as events gives it (to the microsecond):
-        # an ISO/SQL wrapper's stamp parsed, an engine stamp's seconds.
-        instant = parse_iso(stamp.text) if stamp is not None else sec
+        instant = _instant(sec)
         wrapper = stamp.kind if stamp is not None else ""
         b = self.opened.get(key)
         if b is not None and b.accepts(fields, wrapper, minute, instant) and (first or after is b):
@@ -666,7 +673,7 @@ class RollupSink:
             self.began.add(key)
             self.edges[key] = (minute, instant, wrapper)
         edge = self.edges.get(key)
-        if edge is not None and edge[0] == minute and (edge[2] != wrapper or instant <= edge[1]):  # type: ignore[operator]
+        if edge is not None and edge[0] == minute and (edge[2] != wrapper or instant <= edge[1]):
             self.hits.append(hit)
             return
         self.went_to = self.opened[key] = PreemptionBuilder(
