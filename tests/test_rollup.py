@@ -803,3 +803,18 @@ def test_a_window_outside_the_log_counts_every_line_and_its_span(tmp_path: Path)
     )
     merged = _run([p], True).events
     assert len(merged) < len(every) and max(e.ts for e in merged if e.ts) < last
+
+
+def test_data_parallel_ranks_retract_on_their_own(tmp_path: Path) -> None:
+    # Each SGLang DP rank schedules (and retracts) on its own: the same record from DP0
+    # and DP1 at one second is two retractions; from two TP ranks of one DP rank, one.
+    line = "[2025-03-04 10:00:{s:02d} DP{dp} TP{tp}] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4512 -> 0.9000"
+    text = [
+        line.format(s=s, dp=dp, tp=2 * dp + tp) for s in (5, 9) for dp in (0, 1) for tp in (0, 1)
+    ]
+    p = tmp_path / "dp.log"
+    p.write_text("\n".join(text) + "\n")
+    for rollup in (False, True):
+        pre = [e for e in _run([p], rollup).events if e.kind is Kind.PREEMPTION]
+        assert (sum(e.preemptions for e in pre), sum(e.lines for e in pre)) == (12, 4)
+    _assert_same_report([p])

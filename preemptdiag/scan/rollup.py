@@ -159,14 +159,20 @@ def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
 
 def copy_space(h: Hit) -> tuple[object, ...]:
     """Which records may be copies of one another: one signature, one Ray host (its
-    ip: hosts are separate engines) and one pod (so are pods)."""
+    ip: hosts are separate engines), one pod (so are pods) and one SGLang
+    data-parallel rank (`DP1 TP3`: each DP rank schedules, and retracts, on its own;
+    the TP ranks of one print its records alike)."""
     return space_of(h.sig, h.proc, h.pod)
 
 
 def space_of(sig: str, proc: str | None, pod: str | None) -> tuple[object, ...]:
     """copy_space() of a hit with these parts."""
     host = proc.split("@", 1)[1] if proc and "@" in proc else None
-    return (sig, host, pod)
+    dp = m[1] if proc and (m := _DP_RANK.match(proc)) else None
+    return (sig, host, pod, dp)
+
+
+_DP_RANK = re.compile(r"DP(\d+) ")
 
 
 def stream_key(h: Hit) -> tuple[object, ...] | None:
