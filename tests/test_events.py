@@ -219,3 +219,14 @@ def test_copies_across_a_clock_that_went_back_count_once(tmp_path: Path) -> None
     # (forward: the same copies a second apart are two records)
     later = [(a0, at), (b, at + timedelta(seconds=1)), (a1, at + timedelta(seconds=1))]
     assert [h for h, _ in _dedupe_ranks(later, set())] == [a0, b, a1]
+
+
+def test_a_start_up_failure_every_dp_rank_prints_is_one_event(tmp_path: Path) -> None:
+    # (a real DeepSeek DP-attention start, corpus 012: eight ranks print it alike; their
+    # retractions are each rank's own, tests/test_rollup.py)
+    line = "[2025-07-02 07:41:59 DP{r} TP{r}] max_total_tokens=131072 is larger than the profiled value -561981. Use the profiled value instead."
+    p = tmp_path / "dp.log"
+    p.write_text("\n".join(line.format(r=r) for r in range(8)) + "\n")
+    out = run_analysis(Options(files=(str(p),), jobs=1, time=TimeContext(year=2025)))
+    assert [e.kind for e in out.events] == [Kind.ALLOC_FAILURE]
+    assert [w.alloc_failures for w in out.report.windows] == [1]

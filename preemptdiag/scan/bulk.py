@@ -417,7 +417,7 @@ def _to_sink(
     when = stamp_of(wrapper, r.head[1] if r.head else ln.engine_ts_before(text, start))
     alone = head.uptime is not None or (ln.repeat_count(text) if "[repeated" in text else 1) != 1
     if r.sig.kind is Kind.PREEMPTION:
-        space = space_of(r.sig.id, _proc(r, head), head.pod)
+        space = space_of(r.sig.id, _proc(r, head), head.pod, True)
         sink.add_preemption(d, fields, when, space, wrapper, alone, lineno)
         return
     key = None

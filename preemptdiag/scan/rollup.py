@@ -159,16 +159,18 @@ def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
 
 def copy_space(h: Hit) -> tuple[object, ...]:
     """Which records may be copies of one another: one signature, one Ray host (its
-    ip: hosts are separate engines), one pod (so are pods) and one SGLang
-    data-parallel rank (`DP1 TP3`: each DP rank schedules, and retracts, on its own;
-    the TP ranks of one print its records alike)."""
-    return space_of(h.sig, h.proc, h.pod)
+    ip: hosts are separate engines), one pod (so are pods), and for a preemption line
+    one SGLang data-parallel rank (`DP1 TP3`: each DP rank schedules, and retracts, on
+    its own, and the TP ranks of one print its records alike). Other lines every DP
+    rank prints alike (a start-up failure each hits) stay one event: their number is
+    not what they tell, and eight equal evidence lines would hide the rest."""
+    return space_of(h.sig, h.proc, h.pod, h.kind is Kind.PREEMPTION)
 
 
-def space_of(sig: str, proc: str | None, pod: str | None) -> tuple[object, ...]:
-    """copy_space() of a hit with these parts."""
+def space_of(sig: str, proc: str | None, pod: str | None, ranked: bool) -> tuple[object, ...]:
+    """copy_space() of a hit with these parts (`ranked`: a preemption line's)."""
     host = proc.split("@", 1)[1] if proc and "@" in proc else None
-    dp = m[1] if proc and (m := _DP_RANK.match(proc)) else None
+    dp = m[1] if ranked and proc and (m := _DP_RANK.match(proc)) else None
     return (sig, host, pod, dp)
 
 
