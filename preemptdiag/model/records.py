@@ -94,9 +94,9 @@ class RollupStats:
 @dataclass(frozen=True, slots=True)
 class Rollup(Generic[T]):
     """Further lines merged into the hit or event that carries this (rollup.py): stats
-    lines, or preemption lines (`preempting`: the first members after the carrier,
-    `peak_first` is `last`); their aggregates, and the member lines evidence and
-    ordering can need."""
+    lines, or preemption lines (`preempting`: the first members after the carrier;
+    `peak_first`: the member latest in time, as a rank's copy may come after a later
+    line); their aggregates, and the member lines evidence and ordering can need."""
 
     stats: RollupStats
     last: T

@@ -524,8 +524,8 @@ _ONE: frozenset[CopyKey] = frozenset()
 
 
 def _several(copies: set[CopyKey] | frozenset[CopyKey]) -> frozenset[CopyKey]:
-    """A stamp's records, kept where there are several: one is the carrier's or the
-    last line's own (events.copies_at)."""
+    """A stamp's records, kept where there are several: where there is one, it is the
+    carrier's or the last line's own, and events._dedupe_ranks reads it off that line."""
     return frozenset(copies) if len(copies) > 1 else _ONE
 
 
@@ -565,7 +565,8 @@ def _with(h: Hit, fields: Mapping[str, FieldValue], text: str, rollup: Rollup[Hi
 
 @dataclass(slots=True)
 class RollupSink:
-    """Appends hits to `hits`, merging stats lines into per-stream rollups."""
+    """Appends hits to `hits`, merging stats lines into per-stream rollups and, with
+    `preemptions`, preemption lines into per-copy-space ones."""
 
     hits: list[Hit]
     # Preemption lines merged too (PreemptionBuilder); analyze scans again without
@@ -626,7 +627,7 @@ class RollupSink:
             # A stamp that is no time (`14:35:99…`, Feb 29 without a leap year) is no
             # stamp to events: timed by the line before, like an unstamped line.
             clock = None
-        if clock is None or clock != self.clock:
+        if (self.open or self.opened) and (clock is None or clock != self.clock):
             # A member is timed from its carrier, as if the lines between left the
             # clock as the carrier did: true while they stamp the same date (ISO) or
             # month-day (engine). Any other line ends the open rollups it differs from
