@@ -435,6 +435,25 @@ def test_a_stamp_that_is_no_time_inside_a_minute_closes_its_rollups(tmp_path: Pa
     assert peak.ts is not None and (peak.ts.minute, peak.ts.second) == (35, 40)
 
 
+def test_a_minute_mixing_fraction_separators_keeps_its_lines_in_time_order(
+    tmp_path: Path,
+) -> None:
+    # `59.1` sorts after `59,9` as text (`.` > `,`) but is 0.8 s earlier: taken as
+    # forward, the rollup's last line (Waiting's last value) was the earlier one.
+    line = (
+        "2025-03-04 10:10:{s} INFO metrics.py:349] Avg prompt throughput: 1.0 tokens/s, "
+        "Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, "
+        "Pending: {w} reqs, GPU KV cache usage: 80.0%, CPU KV cache usage: 0.0%."
+    )
+    path = tmp_path / "separators.log"
+    path.write_text(
+        "".join(line.format(s=s, w=w) + "\n" for s, w in [("05", 3), ("59,9", 1), ("59.1", 7)])
+    )
+    rolled = _assert_same_report([path], time=TimeContext(year=2025))
+    (window,) = rolled.report.windows
+    assert (window.waiting_first, window.waiting_last, window.waiting_max) == (3, 1, 7)
+
+
 _V0_STATS = (
     "{proc}INFO 11-04 {t} metrics.py:349] Avg prompt throughput: 1.0 tokens/s, Avg "
     "generation throughput: 2.0 tokens/s, Running: 5 reqs, Swapped: 0 reqs, Pending: "

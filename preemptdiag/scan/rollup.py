@@ -134,7 +134,9 @@ def stamp_of(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
         clock = ("w", text[:10])
         if parse_iso(text) is None:
             return clock, None, None
-        return clock, m["minute"] + (m["zone"] or ""), m["sec"]
+        # (`,` read as `.`: a Builder orders its lines by this text, and `59,25` sorts
+        # before `59.0036` as text though it is later)
+        return clock, m["minute"] + (m["zone"] or ""), m["sec"].replace(",", ".")
     if engine:
         clock = ("e", engine[:5])
         m = _ENGINE.fullmatch(engine)
