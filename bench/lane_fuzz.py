@@ -7,7 +7,8 @@ one line at a time.
 bench/fuzz.py's inputs are small logs, where neither polars path runs: bulk.py waits
 for AFTER_LINES candidate lines, the lane (scan/lane.py) for them or a big file. Here
 each input is a dense generated log (bench/generate.py: a quiet server's stats lines,
-a queueing one's, a V0 server's, SGLang batch lines, request logging, the mixed profile) of 20-150 KB, damaged by up to
+a queueing one's, a V0 server's, SGLang batch lines with and without retractions,
+request logging, the mixed profile) of 20-150 KB, damaged by up to
 three of fuzz.py's mutators (late ones last, as there), and scanned three ways in
 blocks of 4-64 KiB: one line at a time (polars never paid), bulk.py from the first
 line (the lane off), and the lane tried on every block (bulk.py where it refuses).
@@ -63,6 +64,10 @@ PROFILES = (
     "sglang-dense",
     "vllm",
     "vllm-requests",
+    # a thrashing SGLang server's retractions, one rank's or eight's (session 32: the
+    # plain lane reads them)
+    "sglang-thrash",
+    "sglang-thrash-ranks",
 )
 SIZES = (20_000, 60_000, 150_000)
 BLOCKS = (4096, 16384, 65536)

@@ -27,17 +27,24 @@ from preemptdiag.cli import main
 from preemptdiag.ingest.sources import open_source
 from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.passes import scan_fast
+from preemptdiag.scan.rollup import Rollups
 from preemptdiag.scan.signatures import load
 
 MATCHER = Matcher(load())
 SIGS = {s.id: s for s in MATCHER.sigs}
 
 
-def _scan(path: Path, monkeypatch: pytest.MonkeyPatch, on: bool, block: int) -> ScanResult:
+def _scan(
+    path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    on: bool,
+    block: int,
+    rollup: Rollups = Rollups.STATS,
+) -> ScanResult:
     monkeypatch.setattr(bulk, "AFTER_LINES", 0)
     monkeypatch.setattr(lane, "ENABLED", on)
     monkeypatch.setattr(passes, "BLOCK_BYTES", block)
-    return scan_fast(open_source(str(path)), MATCHER, rollup=True)
+    return scan_fast(open_source(str(path)), MATCHER, rollup=rollup)
 
 
 def _spy_on_lane(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -55,21 +62,26 @@ def _spy_on_lane(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def _assert_lane_exact(
-    path: Path, monkeypatch: pytest.MonkeyPatch, block: int = 1 << 20, every: bool = False
+    path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    block: int = 1 << 20,
+    every: bool = False,
+    rollup: Rollups = Rollups.STATS,
 ) -> tuple[ScanResult, list[bool]]:
     """The scan with the lane on is the scan with it off, and so is the scan with the
     polars lane alone (lane_plain.py off: it takes most blocks of V1 stats lines);
     returns the on one and whether each block went the lane's way (with `every`, the
     lane is tried on every block, not again only some blocks after one it did not
-    take)."""
-    off = _scan(path, monkeypatch, False, block)
+    take). `rollup`: which lines the scans merge (Rollups.ALL: preemption lines too,
+    as analyze has it)."""
+    off = _scan(path, monkeypatch, False, block, rollup)
     if every:
         monkeypatch.setattr(lane.Lane, "missed", lambda self, block: None)
     monkeypatch.setattr(lane_plain, "ENABLED", False)
-    polars_only = _scan(path, monkeypatch, True, block)
+    polars_only = _scan(path, monkeypatch, True, block, rollup)
     monkeypatch.setattr(lane_plain, "ENABLED", True)
     taken = _spy_on_lane(monkeypatch)
-    on = _scan(path, monkeypatch, True, block)
+    on = _scan(path, monkeypatch, True, block, rollup)
     for got in (on, polars_only):
         assert got.hits == off.hits
         assert got.members == off.members
@@ -88,7 +100,16 @@ def test_samples_and_corpus_through_the_lane_match_line_by_line(
 
 @pytest.mark.parametrize(
     "profile",
-    ["vllm", "vllm-stats", "vllm-stats-busy", "vllm-v0-stats", "vllm-requests", "sglang-dense"],
+    [
+        "vllm",
+        "vllm-stats",
+        "vllm-stats-busy",
+        "vllm-v0-stats",
+        "vllm-requests",
+        "sglang-dense",
+        "sglang-thrash",
+        "sglang-thrash-ranks",
+    ],
 )
 @pytest.mark.parametrize("block", [4096, 1 << 16])
 def test_generated_logs_through_the_lane_match_line_by_line(
@@ -97,13 +118,16 @@ def test_generated_logs_through_the_lane_match_line_by_line(
     path = tmp_path / f"{profile}.log"
     with path.open("wb") as f:
         _bench_generator().PROFILES[profile](f, 600_000, 3)
-    _, taken = _assert_lane_exact(path, monkeypatch, block)
+    # (preemption lines merged too where there are many: as analyze scans them)
+    rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
+    _, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
     if profile in ("vllm-stats", "vllm-stats-busy", "vllm-v0-stats"):
         # a server's stats lines, quiet or queueing, V1's or V0's: nearly every block is
         # the lane's
         assert sum(taken) >= len(taken) - 2 and len(taken) > 8
-    if profile == "sglang-dense":
-        # batch lines with a retraction line now and then among them: the lane's too
+    if profile.startswith("sglang"):
+        # batch lines with retraction lines among them, now and then or from every
+        # rank every second: the lane's too
         assert sum(taken) >= len(taken) - 2 and len(taken) > 8
 
 
@@ -491,6 +515,106 @@ def _sglang_lines(steps: list[tuple[str, str, int, str, str | None]], start: dat
             line = line.replace(" ]", "]", 1)
         out.append(line if odd is None else _SG_ODD[odd](line, stamp))
     return out
+
+
+# A retraction as SGLang versions word it (plain shape: the lane reads it whole), and
+# ways it is not plain.
+_RETRACTIONS = (
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_token_ratio: "
+    "0.{n}000 -> 0.9000",
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_tokens_gained: "
+    "{n}096, #mamba_num_gained: {n}, #new_token_ratio: 0.0700 -> 0.3300",
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n}, #aborted_retracted_reqs: "
+    "1, #new_token_ratio: 0.1200 -> 0.4400",
+    "Decode out of memory happened. #retracted_reqs: {n}, #new_token_ratio: 0.2250 -> 0.6125",
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n}",
+    # not plain: a field the shape does not know, a second record glued on, cut short
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_field: 3",
+    "KV cache pool is full. Retract requests. #retracted_reqs: {n} KV cache pool is full. "
+    "Retract requests. #retracted_reqs: 1",
+    "KV cache pool is full. Retract requests. #retracted_reqs: ",
+    "Testing retraction. #retracted_reqs: {n}, #new_tokens_gained: 512",
+)
+_RETRACT_STEP = st.tuples(
+    st.sampled_from(["decode", "decode", "prefill", "retract", "retract", "retract"]),
+    # the ranks that print it: one, the TP ranks of one DP rank, two DP ranks
+    st.sampled_from([("TP0",), ("TP0", "TP1", "TP2", "TP3"), ("DP0 TP0", "DP1 TP1"), ("",)]),
+    st.sampled_from([0, 0, 0, 1, 1, 2, 59, 61, 86_400, -2]),
+    st.sampled_from([0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]),  # which wording
+    st.booleans(),  # one rank's copy printed after the next line
+)
+
+
+def _retracting_lines(
+    steps: list[tuple[str, tuple[str, ...], int, int, bool]], start: datetime
+) -> list[str]:
+    t = start
+    out: list[str] = []
+    late: list[str] = []
+    for k, (kind, ranks, delta, wording, later) in enumerate(steps):
+        t += timedelta(seconds=delta)
+        stamp = f"{t:%Y-%m-%d %H:%M:%S}"
+        if kind != "retract":
+            shape = _DECODE if kind == "decode" else _PREFILL
+            line = shape.format(
+                t=stamp, rank=ranks[0], run=k % 40, tok=1000 + k, kv="0.97", gen="9.5", q=k % 5
+            )
+            out.append(line.replace(" ]", "]", 1))
+            out += late
+            late = []
+            continue
+        record = _RETRACTIONS[wording].format(n=1 + k % 4)
+        copies = [f"[{stamp} {rank}] {record}".replace(" ]", "]", 1) for rank in ranks]
+        if later and len(copies) > 1:
+            late.append(copies.pop())
+        out += copies
+    return out + late
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_RETRACT_STEP, min_size=40, max_size=300),
+    st.sampled_from([2048, 4096, 1 << 16]),
+    st.sampled_from([Rollups.ALL, Rollups.STATS]),
+)
+def test_retraction_lines_among_batch_lines_roll_up_as_line_by_line(
+    steps: list[tuple[str, tuple[str, ...], int, int, bool]], block: int, rollup: Rollups
+) -> None:
+    # A thrashing server: retractions as dense as its batch lines, printed by one rank
+    # or copied by several at one stamp (a copy now and then after the next line),
+    # worded as each SGLang version words them or not plain, across midnight and back
+    # in time. The lane reads the plain ones as columns and gives them to the sink in
+    # their place; the scan is the line-by-line one, preemption rollups on or off.
+    lines = _retracting_lines(steps, datetime(2025, 11, 2, 23, 58, 30))
+    with pytest.MonkeyPatch.context() as monkeypatch, tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "retracting.log"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _assert_lane_exact(path, monkeypatch, block=block, every=True, rollup=rollup)
+
+
+def test_a_block_of_retractions_from_eight_ranks_goes_the_plain_lanes_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight ranks retracting every second: four lines in five are retractions, far
+    # past what a block may hold of odd lines (lane_plain.MAX_ODD). They are plain
+    # lines of the lane now: every block is its, each minute's retractions one rollup
+    # counted once a stamp, as line by line.
+    steps = [
+        ("retract", tuple(f"TP{r}" for r in range(8)), 1, 0, False)
+        if k % 3 == 2
+        else ("decode", ("TP0",), 0, 0, False)
+        for k in range(6000)
+    ]
+    path = tmp_path / "ranks.log"
+    path.write_text("\n".join(_retracting_lines(steps, datetime(2025, 11, 2, 10, 0))) + "\n")
+    on, taken = _assert_lane_exact(path, monkeypatch, block=1 << 16, rollup=Rollups.ALL)
+    assert len(taken) > 10 and all(taken)
+    assert on.recognised == {"stats": 4000, "preemption": 16_000}
+    # ~34 minutes of them, a rollup each: 2,000 records, the eight copies of each
+    # counted once
+    rolled = [h for h in on.hits if h.sig == "sglang.retract"]
+    assert len(rolled) < 40 and all(h.rollup for h in rolled)
+    assert sum(h.rollup.stats.n for h in rolled if h.rollup) == 2000
 
 
 @settings(max_examples=60, deadline=None)

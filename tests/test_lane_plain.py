@@ -260,9 +260,12 @@ def test_the_report_is_the_line_by_line_scans(
     assert reports[0] == reports[1]
 
 
-def _fresh_scan(path: Path, setup: str = "", shows: str = "r.calm_minutes > 0") -> str:
+def _fresh_scan(
+    path: Path, setup: str = "", shows: str = "r.calm_minutes > 0", rollup: str = "STATS"
+) -> str:
     """What a scan of `path` in a process of its own shows (`shows`, then whether it
-    imported polars), after `setup` (lines of Python: bulk and lane_plain imported)."""
+    imported polars), after `setup` (lines of Python: bulk and lane_plain imported),
+    with the rollups named (rollup.Rollups)."""
     code = (
         "import sys\n"
         "import preemptdiag.scan.bulk as bulk\n"
@@ -270,9 +273,12 @@ def _fresh_scan(path: Path, setup: str = "", shows: str = "r.calm_minutes > 0") 
         "from preemptdiag.ingest.sources import open_source\n"
         "from preemptdiag.scan.matcher import Matcher\n"
         "from preemptdiag.scan.passes import scan_fast\n"
+        "from preemptdiag.scan.rollup import Rollups\n"
         "from preemptdiag.scan.signatures import load\n"
         f"{setup}"
-        "r = scan_fast(open_source(sys.argv[1]), Matcher(load()), rollup=True, calm_kv=90.0)\n"
+        "r = scan_fast(\n"
+        f"    open_source(sys.argv[1]), Matcher(load()), rollup=Rollups.{rollup}, calm_kv=90.0\n"
+        ")\n"
         f"print({shows}, 'polars' in sys.modules)\n"
     )
     got = subprocess.run(
@@ -381,8 +387,9 @@ def test_sglang_lines_roll_up_and_go_calm_as_the_other_ways(
 
 
 def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
-    # A retraction among a block's last lines waits for the next block (a wrapped
-    # record may go on there): the lines above it go this way, the rest line by line.
+    # A retraction the lane does not read whole (a field it does not know) among a
+    # block's last lines waits for the next block (a wrapped record may go on there):
+    # the lines above it go this way, the rest line by line.
     # A block with a line the lanes never take (Ray's repeat mark) goes line by line,
     # without polars' bulk matching, which would pay its pages for that one block.
     # (Big from 1 MiB here, bulk from 1,000 lines: not to write 8 MiB.)
@@ -396,7 +403,7 @@ def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
             end += len(lines[k]) + 1
             k += 1
         ends.append(k - 1)
-    retract = "KV cache pool is full. Retract requests. #retracted_reqs: 2"
+    retract = "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_field: 7"
     # (bulk matching waits for lines before: the second block, then the third)
     lines[ends[0] + 100] = lines[ends[0] + 100][:26] + retract + " [repeated 2x across cluster]"
     lines[ends[2] - 3] = lines[ends[2] - 3][:26] + retract
@@ -414,6 +421,23 @@ def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
     )
     shows = "r.recognised['preemption'], said['part'], said[False], said[None]"
     assert _fresh_scan(path, setup, shows) == "2 1 1 0 False"
+
+
+def test_a_thrashing_sglang_log_from_eight_ranks_never_imports_polars(tmp_path: Path) -> None:
+    # Eight ranks retracting every second: four lines in five are retractions, far
+    # more than a block may hold of odd lines (MAX_ODD). Its blocks went to polars'
+    # bulk matching (~35 us a line, ~60 MiB of pages); read as this lane's lines, they
+    # cost what its batch lines do, and a minute's retractions are one rollup.
+    path = tmp_path / "ranks.log"
+    with path.open("wb") as f:
+        _bench_generator().PROFILES["sglang-thrash-ranks"](f, 3_000_000, 1)
+    shows = "r.recognised['preemption'], sum(h.sig == 'sglang.retract' for h in r.hits)"
+    setup = "bulk.BIG_BYTES = 1 << 20\n"  # (big: polars at its first dense block)
+    got = _fresh_scan(path, setup, shows, rollup="ALL").split()
+    assert got[2] == "False"
+    assert int(got[0]) == path.read_text().count("Retract requests")
+    # (~36 minutes: a rollup each, and lines of their own where a block ends in one)
+    assert int(got[1]) < 120
 
 
 def test_any_files_dense_blocks_try_it_and_sparse_ones_do_not(
@@ -452,6 +476,11 @@ def test_requires_reads_the_literal_text_a_match_must_hold() -> None:
     assert need is not None and need[1] == ("tokens/s, ", "Running: ")
     assert req(r"(?<!x)aba") == (("aba",), None)  # (`aba` overlaps itself: no such proof)
     assert req(r"(?<!x)ab") == (("ab",), ("x", "ab"))
+    # No literal every match holds (an alternation's): nothing to show, so the pattern
+    # runs on the records (SGLang's aborted-retraction line, a candidate of each
+    # retraction line: the lane refused every block holding one)
+    assert req("ab|cd") is None
+    assert req(SIGS["sglang.retract.abort_last"].pattern) is None
 
 
 def test_no_match_is_claimed_where_a_signature_matches() -> None:

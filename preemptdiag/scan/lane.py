@@ -41,9 +41,11 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
+from heapq import merge
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from preemptdiag.model import request_text
@@ -84,6 +86,7 @@ from preemptdiag.scan.rollup import (
     RollupSink,
     key_of,
     last_fields,
+    space_of,
     stamp,
     stamp_of,
 )
@@ -776,12 +779,14 @@ def walk(
     others: Mapping[int, ScanResult],
     sink: RollupSink,
     result: ScanResult,
+    given: Sequence[Fed] = (),
 ) -> None:
     """The block's segments, in order of their first lines (seg, first line, members,
     clock run, edge, stream, set), to `sink` as RollupSink.add_ref would take their
     lines one by one: an edge's lines through the sink, an inner segment's hit
     (`aggs`) appended closed unless it went as a calm minute (`calm`), the odd lines'
-    hits (`others`, by candidate) in their place before the segment after them."""
+    hits (`others`, by candidate) and the `given` lines (feed_preemption) in their place
+    before the segment after them."""
     run_now = 0
     # The sink's key of each stream whose last segment so far went to it line by line:
     # the stream's next segment closes that rollup (its first line is one the rollup
@@ -789,12 +794,14 @@ def walk(
     # to the sink might join it: a stream whose clock goes back to that minute (two
     # pods' logs one after the other) had its two runs of the minute merged.
     fed: dict[object, tuple[object, ...]] = {}
-    odd = iter(sorted(others.items()))
+    odd: Iterator[tuple[int, ScanResult | Fed]] = iter(sorted(others.items()))
+    if given:
+        odd = merge(odd, ((f[0], f) for f in given), key=itemgetter(0))
     nxt = next(odd, None)
     last_line, went_to = 0, sink.went_to
     for seg, first, members, run, edge, stream, which in segs:
         while nxt is not None and nxt[0] < first:
-            last_line, went_to = _replay(nxt[1], result, last_line), None
+            last_line, went_to = _replay(source, nxt[1], result, last_line), None
             nxt = next(odd, None)
         r = sets[which]
         if run != run_now:
@@ -818,21 +825,53 @@ def walk(
         result.recognised[r.sig.family] += len(members)
         last_line = max(last_line, r.lineno[members[-1]])
     while nxt is not None:
-        last_line, went_to = _replay(nxt[1], result, last_line), None
+        last_line, went_to = _replay(source, nxt[1], result, last_line), None
         nxt = next(odd, None)
     # As the sink leaves it line by line: the line added last (each line holds one
     # hit of the lane's, so the next line's first hit may join any rollup).
     sink.line, sink.went_to = last_line, went_to
 
 
-def _replay(got: ScanResult, result: ScanResult, last_line: int) -> int:
-    """An odd line's hits and counts into `result`, as its match made them."""
+def _replay(source: str, got: ScanResult | Fed, result: ScanResult, last_line: int) -> int:
+    """An odd line's hits and counts into `result`, as its match made them (a fed
+    line: feed_preemption)."""
+    if not isinstance(got, ScanResult):
+        return max(last_line, feed_preemption(source, result, *got[2:]))
     for h in got.hits:
         result.add(h)
         last_line = max(last_line, h.line)
     result.skipped.update(got.skipped)
     result.recognised.update(got.recognised)
     return last_line
+
+
+# A line walk gives the sink itself, in its place (lane_plain's retraction lines): its
+# line index in the block, its minute, its rows and row.
+Fed = tuple[int, str, "_Rows", int]
+
+
+def feed_preemption(source: str, result: ScanResult, r: _Rows, i: int) -> int:
+    """Preemption line i to the sink as RollupSink.add would take its hit (made only
+    if a rollup keeps the line), counted as Matcher.match counts it; its line number."""
+    sink = result.sink
+    assert sink is not None
+    line = r.lineno[i]
+    if sink.preemptions:
+        fields = _fields(r, i)
+        wrapper = _wrapper(r, i)
+        sink.add_preemption(
+            _Deferred(partial(_hit, source, r, i)),
+            fields,
+            stamp_of(wrapper, r.ts[i]),
+            space_of(r.sig.id, r.proc[i], None, True),
+            wrapper,
+            False,  # (no Ray repeat, no uptime: the lane's lines have none)
+            line,
+        )
+    else:
+        result.add(_hit(source, r, i))
+    result.recognised[r.sig.family] += 1
+    return line
 
 
 def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> tuple[object, ...]:
@@ -991,11 +1030,14 @@ def calm_of(
     quiet: set[int],
     segs: Iterable[tuple[int, str, int, bool]],
     others: Mapping[int, ScanResult],
+    fed: Iterable[str] = (),
 ) -> set[int]:
     """Of the `quiet` inner segments, those that go as calm minutes (_calm_segments),
-    from every segment of the block in order (seg, minute, clock run, edge)."""
+    from every segment of the block in order (seg, minute, clock run, edge); `fed`:
+    the minutes of lines walk gives the sink itself (their hits', as an odd line's)."""
     out: dict[int, str] = {}
     busy = {stamp(h)[1] for got in others.values() for h in got.hits}
+    busy.update(fed)
     run_now, anchored = 0, True
     for seg, minute, run, edge in segs:
         if run != run_now:

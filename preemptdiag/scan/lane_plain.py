@@ -7,11 +7,15 @@ then). The polars lane (lane.py) reads any mix of stats lines, heads and odd lin
 at ~50 ms a 1 MiB block in ~44 queries, and importing polars costs a --jobs worker
 ~55 MiB of its pages (70 MiB with its regexes' caches). A block whose candidate lines
 are plain stats lines, with a few odd ones among them (start-up lines, a KV cache
-line, a retraction), needs none of that: one `re.finditer` of the head and the
-signatures' patterns (_Shape) takes every line's groups (~2-3 us a line), each
-signature's lines become columns (_Block), each stream-minute's aggregates are added
-up as Builder adds them (rollup.py) a column at a time, the signatures' segments are
-walked in line order (lane.walk), and the odd lines are matched as line by line. A
+line), needs none of that: one `re.finditer` of the head and the signatures'
+patterns (_Shape) takes every line's groups (~2-3 us a line), each signature's lines
+become columns (_Block), each stream-minute's aggregates are added up as Builder adds
+them (rollup.py) a column at a time, the signatures' segments are walked in line
+order (lane.walk), and the odd lines are matched as line by line. SGLang's
+retraction lines are read with its batch lines, as columns too, and given to the
+sink one by one in their place (lane.feed_preemption: a hit is made only for a line
+a rollup keeps): a thrashing server prints one a second from each of eight ranks,
+~700,000 lines a day, most of its log, which as odd lines cost ~35 us each. A
 block of anything else is the polars lane's to judge (`take` returns None, having
 recorded nothing), or the line-by-line scan's where the polars lane would refuse it
 too (0).
@@ -29,7 +33,11 @@ line-by-line scan gives:
   lane's to refuse: it reads bulk._HEAD only.) SGLang's: its head as normalise takes
   it off (lane._SG_HEAD) and a whole record of the decode or the prefill signature's
   plain shape, where its pattern matches once with the same fields
-  (tests/test_signatures.py).
+  (tests/test_signatures.py); or of the retraction signature's plain shape
+  (SGLANG_PREEMPTION_SIGS), which is its pattern whole: each optional part opens with
+  a literal of its own and every number is read greedily, so the pattern's one match
+  is the record. A retraction line is no stats line: its hit is given to the sink in
+  its place, as an odd line's is, and like one it may not move the clock (_clocks).
   The other lines that hold a literal of any signature (one scan of them, hyperscan's
   where it is installed) are the odd lines: at most MAX_ODD, matched as line by line
   before anything is recorded, their hits in their place (lane.walk). An odd line
@@ -77,6 +85,7 @@ from preemptdiag.model.records import (
     CALM_MEANS,
     CalmRows,
     Columns,
+    Kind,
     WrapperStamp,
     column_of,
 )
@@ -114,7 +123,16 @@ ENABLED = True  # tests turn it off to hold the polars lane to the line-by-line 
 # batch lines, which share its blocks, each a whole record of its plain shape).
 PLAIN_SIGS = ("vllm.v1.stats", "vllm.v0.stats")
 SGLANG_SIGS = ("sglang.stats.decode", "sglang.stats.prefill")
-_GROUPS = ((False, ("vllm.v1.stats",)), (False, ("vllm.v0.stats",)), (True, SGLANG_SIGS))
+# SGLang's retraction lines, read beside its batch lines (a thrashing server's: one a
+# second from each of eight ranks is most of its log) and given to the sink one by one
+# in their place, as its hits would be (RollupSink.add_preemption: a minute's are one
+# rollup), with no hit made unless a rollup keeps the line.
+SGLANG_PREEMPTION_SIGS = ("sglang.retract",)
+_GROUPS = (
+    (False, ("vllm.v1.stats",)),
+    (False, ("vllm.v0.stats",)),
+    (True, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
+)
 # bulk._HEAD at INFO (a stats line's level), with the line captured whole, its process
 # and the `[` before the file optional: V0's is `INFO MM-DD HH:MM:SS metrics.py:396] `.
 _HEAD = (
@@ -178,7 +196,9 @@ class _Shape:
             {f: at.get(name.format(j=j, f=f)) for f in sig.fields} for j, sig in enumerate(sigs)
         ]
         self.pre = [at.get(f"s{j}_{PLAIN_PRE}") for j in range(len(sigs))]
-        self.literals = tuple(sig.prefilter[0] for sig in sigs)
+        # (the stats signatures': a block is worth the lane, and its first plain line
+        # found, by its stats lines)
+        self.literals = tuple(sig.prefilter[0] for sig in sigs if sig.kind is Kind.STATS)
         # (where the hour is in a stamp; how much of a minute names its clock)
         self.at, self.clock = (11, 10) if sglang else (6, 5)
 
@@ -279,8 +299,9 @@ def take(
     tail: int,
 ) -> int | None:
     """Match and roll up the block's text (ASCII, whole lines) as the line-by-line
-    scan would, if its candidate lines are plain stats lines and a few odd ones
-    (matched as line by line: `odd`, as lane.try_block has it): how much of the text
+    scan would, if its candidate lines are plain stats lines, plain retraction lines
+    (given to the sink in their place) and a few odd ones (matched as line by line:
+    `odd`, as lane.try_block has it): how much of the text
     it took (whole lines from its start). All of it, or the lines above the first odd
     line among its last ones (from `tail` on: such a line waits for the next block, as
     line by line, which takes it and the lines after it). 0, with nothing recorded,
@@ -301,18 +322,32 @@ def take(
     if any(len(t) > lane.MAX_LINE or _holds_stop(t) for _, _, t in odd_lines):
         return 0
     blocks: list[_Block] = []
+    preempting: list[_Block] = []
     for j, rows, index in sets:
         block = _Block.of(shape, j, rows, index, first_line)
         if block is None or not _alone(matcher, block, text if index is None else None):
             return None
+        if block.rows.sig.kind is Kind.PREEMPTION:
+            block.lines = []
+            preempting.append(block)
+            continue
         block.tag, block.lines = len(blocks), []  # (lane.walk's set; the lines read)
         blocks.append(block)
+    if not blocks:
+        return None  # (retractions alone: no rollup of stats lines to keep them among)
     sink = result.sink
     assert sink is not None
-    others = _odd_hits(matcher, odd_lines, odd, blocks, first_line, sink.clock)
+    allowed = _clocks(blocks, sink.clock)
+    if not all(
+        lane._clock(b.rows, i) in allowed(k)
+        for b in preempting
+        for i, k in enumerate(b.index or ())
+    ):
+        return 0  # (a retraction would move the clock: odd to the polars lane, refused)
+    others = _odd_hits(matcher, odd_lines, odd, first_line, allowed)
     if isinstance(others, bool):
         return None if others else 0
-    _roll(source, blocks, others, result)
+    _roll(source, blocks, others, result, _fed(preempting))
     return len(text)
 
 
@@ -378,16 +413,16 @@ def _odd_hits(
     matcher: Matcher,
     odd_lines: list[tuple[int, int, str]],
     odd: lane.Odd,
-    blocks: list[_Block],
     first_line: int,
-    clock: tuple[str, str] | None,
+    allowed: Callable[[int], set[tuple[str, str] | None]],
 ) -> dict[int, ScanResult] | bool:
     """lane._odd_lines: the odd candidate lines matched as line by line (by line
     index). False when the block must go line by line: one in the block's tail (take
-    leaves those to line by line), one a wrapped record's rejoin reached from, a hit that would move the clock or has no
-    stamp (the polars lane finds the same of the same lines: a line with no stats hit
-    is odd to it too). True when one gives a stats hit (the polars lane may read it
-    as a plain line of another signature)."""
+    leaves those to line by line), one a wrapped record's rejoin reached from, a hit
+    whose clock is not `allowed` there or that has no stamp (the polars lane finds the
+    same of the same lines: a line with no stats hit is odd to it too). True when one
+    gives a stats hit (the polars lane may read it as a plain line of another
+    signature)."""
     if not odd_lines:
         return {}
     out = lane.match_odd(
@@ -397,30 +432,41 @@ def _odd_hits(
     )
     if isinstance(out, bool):
         return out
-    # Each odd hit's clock must be the one the sink has there: the last plain line's
-    # above it. Above the first plain line, the sink's before the block or the first
-    # plain line's: the sink closes the open rollups of another clock on that hit as
-    # it would line by line, and the block's first edges find its clock set. (lane.py
-    # allows only the sink's: a log's start-up lines, above its first stats line,
-    # sent its first block line by line.)
+    for k, got in out.items():
+        clocks = allowed(k)
+        for h in got.hits:
+            when = stamp(h)
+            if when[0] is None or when[1] is None or when[0] not in clocks:
+                return False
+    return out
+
+
+def _clocks(
+    blocks: list[_Block], clock: tuple[str, str] | None
+) -> Callable[[int], set[tuple[str, str] | None]]:
+    """The clocks a hit of another line (an odd line's, a retraction's) may have at a
+    line index of the block: the one the sink has there, the last plain stats line's
+    above it. Above the first plain line, the sink's before the block or the first
+    plain line's: the sink closes the open rollups of another clock on that hit as it
+    would line by line, and the block's first edges find its clock set. (lane.py
+    allows only the sink's: a log's start-up lines, above its first stats line, sent
+    its first block line by line.)"""
     first = min(blocks, key=lambda b: b.place(0))
     opening = {clock, lane._clock(first.rows, 0)}
-    for k, got in out.items():
+
+    def allowed(k: int) -> set[tuple[str, str] | None]:
         above: list[tuple[int, _Block, int]] = []
         for b in blocks:
-            assert b.index is not None  # (odd lines: not every line is this one's)
+            assert b.index is not None  # (other lines: not every line is this one's)
             i = bisect_left(b.index, k) - 1
             if i >= 0:
                 above.append((b.index[i], b, i))
-        allowed: set[tuple[str, str] | None] = opening
-        if above:
-            _, b, i = max(above, key=lambda a: a[0])
-            allowed = {lane._clock(b.rows, i)}
-        for h in got.hits:
-            when = stamp(h)
-            if when[0] is None or when[1] is None or when[0] not in allowed:
-                return False
-    return out
+        if not above:
+            return opening
+        _, b, i = max(above, key=lambda a: a[0])
+        return {lane._clock(b.rows, i)}
+
+    return allowed
 
 
 def _first(matcher: Matcher, text: str) -> _Shape | None:
@@ -812,6 +858,8 @@ def _requires(pattern: str) -> tuple[tuple[str, ...], tuple[str, str] | None] | 
     if not walk(parsed):
         return None
     flush()
+    if not runs:
+        return None  # (no literal every match holds, an alternation's: nothing to show)
     behind = None
     items = list(parsed)
     if len(items) >= 2 and items[0][0] is _parser.ASSERT_NOT and items[0][1][0] == -1:
@@ -860,11 +908,13 @@ def _roll(
     blocks: list[_Block],
     others: dict[int, ScanResult],
     result: ScanResult,
+    fed: list[lane.Fed],
 ) -> None:
-    """lane._roll of the block's lines (one _Block a signature): segments (one stream,
-    one clock minute, stamps not going back, no change of clock between), the edges
-    through the sink, the inner ones aggregated as Builder aggregates, as calm minutes
-    where they are, the odd lines' hits (`others`, by line index) in their place."""
+    """lane._roll of the block's lines (one _Block a stats signature): segments (one
+    stream, one clock minute, stamps not going back, no change of clock between), the
+    edges through the sink, the inner ones aggregated as Builder aggregates, as calm
+    minutes where they are, the odd lines' hits (`others`, by line index) and the
+    retraction lines (`fed`) in their place."""
     sink = result.sink
     assert sink is not None
     runs = _runs(blocks)
@@ -885,7 +935,10 @@ def _roll(
     calm: set[int] = set()
     if quiet:
         calm = lane.calm_of(
-            quiet, ((s[0], blocks[s[6]].minutes[s[2][0]], s[3], s[4]) for s in segs), others
+            quiet,
+            ((s[0], blocks[s[6]].minutes[s[2][0]], s[3], s[4]) for s in segs),
+            others,
+            {f[1] for f in fed},
         )
     if calm:
         # one CalmRows a signature, in order of their first calm minutes
@@ -899,7 +952,15 @@ def _roll(
         for j, s in enumerate(mine)
         if s[0] not in calm
     }
-    lane.walk(source, [b.rows for b in blocks], segs, rolled, calm, others, sink, result)
+    lane.walk(source, [b.rows for b in blocks], segs, rolled, calm, others, sink, result, fed)
+
+
+def _fed(blocks: list[_Block]) -> list[lane.Fed]:
+    """The retraction lines of the block, in order: (line index, minute, rows, row)."""
+    fed = [(k, b.minutes[i], b.rows, i) for b in blocks for i, k in enumerate(b.index or ())]
+    if len(blocks) > 1:
+        fed.sort(key=itemgetter(0))
+    return fed
 
 
 def _runs(blocks: list[_Block]) -> list[list[int]] | None:
