@@ -338,7 +338,7 @@ def take(
     sink = result.sink
     assert sink is not None
     allowed = _clocks(blocks, sink.clock)
-    if not all(
+    if not _one_clock(blocks, preempting) and not all(
         lane._clock(b.rows, i) in allowed(k)
         for b in preempting
         for i, k in enumerate(b.index or ())
@@ -439,6 +439,14 @@ def _odd_hits(
             if when[0] is None or when[1] is None or when[0] not in clocks:
                 return False
     return out
+
+
+def _one_clock(blocks: list[_Block], preempting: list[_Block]) -> bool:
+    """Whether every plain line of the block, stats and retraction, has one clock (the
+    common case: then each retraction has the clock of the stats line above it, or of
+    the first one, which _clocks allows)."""
+    width = blocks[0].shape.clock
+    return len({m[:width] for b in (*blocks, *preempting) for m in set(b.minutes)}) == 1
 
 
 def _clocks(
