@@ -32,7 +32,7 @@ from preemptdiag.render.json_format import report_dict
 from preemptdiag.scan.bulk import _BAD, _converted
 from preemptdiag.scan.matcher import ScanResult
 from preemptdiag.scan.passes import scan_fast
-from preemptdiag.scan.rollup import snap6
+from preemptdiag.scan.rollup import Rollups, snap6
 from preemptdiag.scan.signatures import load
 from preemptdiag.timeline.events import TimeContext
 
@@ -384,6 +384,44 @@ def test_sglang_lines_roll_up_and_go_calm_as_the_other_ways(
     days = {d for c in mine.calm if c.frame for d in c.frame.column("day")}
     assert days == ({"2025-11-02"} if start.hour < 23 else {"2025-11-02", "2025-11-03"})
     assert {p for c in mine.calm if c.frame for p in c.frame.column("peak_proc")} == {"TP0"}
+
+
+@pytest.mark.parametrize("rollup", [Rollups.STATS, Rollups.ALL])
+def test_a_minute_with_a_retraction_is_never_calm(
+    rollup: Rollups, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Retractions among quiet batch lines (KV at 50 %), three ranks' copies of one:
+    # read by this lane as its own lines, their minutes are busy as an odd line's
+    # are to the polars lane (lane.calm_of). The calm minutes are the polars lane's,
+    # and none is a retraction's minute.
+    path = tmp_path / "sglang.log"
+    _sglang_log(path, 6000, datetime(2025, 11, 2, 10, 0))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    retract = "KV cache pool is full. Retract requests. #retracted_reqs: 2"
+    busy = set()
+    for k, ranks in ((3000, ("TP0",)), (1200, ("TP0", "TP1", "TP2"))):  # (from the end)
+        stamp = lines[k][1:20]
+        busy.add(stamp[:16])
+        lines[k + 1 : k + 1] = [f"[{stamp} {rank}] {retract}" for rank in ranks]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    monkeypatch.setattr(bulk, "AFTER_LINES", 0)
+    monkeypatch.setattr(passes, "BLOCK_BYTES", 1 << 20)
+    monkeypatch.setattr(lane.Lane, "missed", lambda self, block: None)
+    got = {}
+    for plain in (False, True):
+        monkeypatch.setattr(lane_plain, "ENABLED", plain)
+        got[plain] = scan_fast(open_source(str(path)), MATCHER, rollup=rollup, calm_kv=90.0)
+    mine = got[True]
+    assert _table(mine) == _table(got[False]) and mine.hits == got[False].hits
+    assert mine.recognised == {"stats": 6000, "preemption": 4}
+    calm = {
+        f"{d} {h:02d}:{m:02d}"
+        for c in mine.calm
+        if c.frame
+        for d, h, m in zip(*(c.frame.column(k) for k in ("day", "hour", "minute")), strict=True)
+    }
+    assert len(calm) > 40 and not busy & calm
+    assert busy == {"2025-11-02 10:10", "2025-11-02 10:25"}
 
 
 def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
