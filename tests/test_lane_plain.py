@@ -7,6 +7,7 @@ minutes, refuses what it must, and that each shortcut it takes is its long way."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -422,6 +423,43 @@ def test_a_minute_with_a_retraction_is_never_calm(
     }
     assert len(calm) > 40 and not busy & calm
     assert busy == {"2025-11-02 10:10", "2025-11-02 10:25"}
+
+
+SGLANG_RETRACT_RUN = ROOT / "tests/fixtures/engine/sglang-0.5.23/retract/server.log"
+_SG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]")
+
+
+def test_a_real_sglang_servers_retractions_go_this_way_as_line_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SGLang 0.5.23's own lines (bench/engine/sglang_harness.py's recorded retract run):
+    # its serving minutes (batch lines, 22 retractions, access lines) replayed one
+    # after the other, each time later, across midnight. The retractions the engine
+    # printed fit the lane's shape: its blocks take them, and the scan is the line by
+    # line one, preemption rollups on.
+    lines = SGLANG_RETRACT_RUN.read_text(encoding="utf-8").split("\n")
+    first = next(i for i, line in enumerate(lines) if " batch, " in line)
+    last = max(i for i, line in enumerate(lines) if " batch, " in line)
+    served = [line for line in lines[first : last + 1] if _SG_STAMP.match(line)]
+    stamps = [datetime.fromisoformat(m[1]) for m in map(_SG_STAMP.match, served) if m]
+    span = stamps[-1] - stamps[0] + timedelta(seconds=1)
+    shift = datetime(2026, 12, 6, 23, 40) - stamps[0]
+    out = []
+    for _ in range(40):
+        for line, t in zip(served, stamps, strict=True):
+            out.append(_SG_STAMP.sub(f"[{t + shift:%Y-%m-%d %H:%M:%S}]", line, count=1))
+        shift += span
+    path = tmp_path / "sglang-retract.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    assert sum("Retract requests" in line for line in served) == 22
+    fed: list[int] = []
+    feed = lane.feed_preemption
+    monkeypatch.setattr(lane, "feed_preemption", lambda *a: fed.append(feed(*a)) or fed[-1])
+    on, taken = _assert_lane_exact(path, monkeypatch, 1 << 16, every=True, rollup=Rollups.ALL)
+    assert sum(taken) >= len(taken) - 2 and len(taken) > 10
+    assert on.recognised["preemption"] == 40 * 22
+    # (the lane's lines, not odd ones: a block across midnight goes line by line)
+    assert len(fed) >= 40 * 22 - 44
 
 
 def test_a_dense_sglang_log_never_imports_polars(tmp_path: Path) -> None:
