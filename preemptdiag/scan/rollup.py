@@ -441,14 +441,21 @@ class PreemptionBuilder:
             and isinstance(fields.get("cumulative"), int) == self.counted
         )
 
-    def add(self, ref: Ref, f: Mapping[str, FieldValue], instant: Instant) -> None:
-        """Add a line (its hit's fields `f`): a Deferred one costs a hit only if kept."""
+    def add(
+        self,
+        ref: Ref,
+        f: Mapping[str, FieldValue],
+        instant: Instant,
+        record: CopyKey | None = None,
+    ) -> None:
+        """Add a line (its hit's fields `f`; `record`: their copy_key, where the caller
+        has it): a Deferred one costs a hit only if kept."""
         # (a copy too is the last line: the one an unstamped line after it is timed by)
         self.last, self.last_at = ref, instant
         if instant >= self.latest_at:
             self.latest, self.latest_at = ref, instant
         records = self.copies.setdefault(instant, set())
-        key = copy_key(f)
+        key = copy_key(f) if record is None else record
         if key in records:
             return  # another rank's copy: counted once
         records.add(key)
@@ -660,10 +667,12 @@ class RollupSink:
         stamp: WrapperStamp | None,
         plain: bool,
         line: int,
+        record: CopyKey | None = None,
     ) -> None:
         """add() of a preemption line given as a ref with its hit's fields, stamp(),
         copy_space(), wrapper stamp, whether it must stay a line of its own (a Ray
-        repeat, a dmesg uptime) and line."""
+        repeat, a dmesg uptime) and line (`record`: copy_key of its fields, where the
+        caller has it)."""
         after = self.went_to
         clock, minute, sec = when
         first = self._arrive(line, clock, minute)
@@ -674,7 +683,7 @@ class RollupSink:
         wrapper = stamp.kind if stamp is not None else ""
         b = self.opened.get(key)
         if b is not None and b.accepts(fields, wrapper, minute, instant) and (first or after is b):
-            b.add(ref, fields, instant)
+            b.add(ref, fields, instant, record)
             self.went_to = b
             return
         if b is not None:
