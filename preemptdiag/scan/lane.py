@@ -893,7 +893,9 @@ class _Record(NamedTuple):
     when: Stamp
 
 
-_LAST: _Record | None = None  # (feed_preemption's last record)
+# feed_preemption's last record. What it holds is made from its key's texts alone, so
+# it stands across files, scans and forked workers.
+_LAST: _Record | None = None
 
 
 def _record(r: _Rows, i: int) -> _Record:
