@@ -43,7 +43,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache, partial
+from functools import cache, partial
 from heapq import merge
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -865,7 +865,7 @@ def feed_preemption(source: str, result: ScanResult, r: _Rows, i: int) -> int:
             _Deferred(partial(_hit, source, r, i)),
             rec.fields,
             rec.when,
-            _space(r.sig.id, r.proc[i]),
+            space_of(r.sig.id, r.proc[i], None, True),
             rec.wrapper,
             False,  # (no Ray repeat, no uptime: the lane's lines have none)
             line,
@@ -921,12 +921,6 @@ def _record(r: _Rows, i: int) -> _Record:
         (r.sig, text, stamp_text, ts, fields, copy_key(fields), wrapper, stamp_of(wrapper, ts))
     )
     return _LAST
-
-
-@lru_cache(maxsize=1024)
-def _space(sig: str, proc: str | None) -> tuple[object, ...]:
-    """space_of a lane's preemption line (no pod): a few ranks' or processes' names."""
-    return space_of(sig, proc, None, True)
 
 
 def _feed(source: str, r: _Rows, i: int, sink: RollupSink) -> tuple[object, ...]:

@@ -613,7 +613,8 @@ class _Block:
             typed=typed,
         )
         block = cls(shape, j, rows, lines, index, minutes, secs)
-        block._derive(holes)
+        if sig.kind is Kind.STATS:  # (a retraction's lines are not aggregated)
+            block._derive(holes)
         return block
 
     def _derive(self, holes: set[str]) -> None:

@@ -169,8 +169,10 @@ def copy_space(h: Hit) -> tuple[object, ...]:
     return space_of(h.sig, h.proc, h.pod, h.kind is Kind.PREEMPTION)
 
 
+@lru_cache(maxsize=1024)
 def space_of(sig: str, proc: str | None, pod: str | None, ranked: bool) -> tuple[object, ...]:
-    """copy_space() of a hit with these parts (`ranked`: a preemption line's)."""
+    """copy_space() of a hit with these parts (`ranked`: a preemption line's). Cached:
+    a thrash loop's lines name a few ranks, processes and pods, each line once."""
     host = proc.split("@", 1)[1] if proc and "@" in proc else None
     dp = m[1] if ranked and proc and (m := _DP_RANK.match(proc)) else None
     return (sig, host, pod, dp)
