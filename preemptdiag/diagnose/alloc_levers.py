@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from preemptdiag.model.records import EngineInfo, Event, FieldValue, Kind, Lever, Verdict
 from preemptdiag.timeline.events import version_at_least
-from preemptdiag.timeline.knobs import Facts
+from preemptdiag.timeline.knobs import Facts, arg_value
 
 
 def _alloc_events(verdict: Verdict, events: Sequence[Event]) -> list[Event]:
@@ -151,6 +152,9 @@ def allocation_lever(
             rationale="the KV cache could not be sized at start-up; the GPU must have headroom",
             engine=engine,
         )
+    cache = _extensible_cache(first, events, info)
+    if cache is not None:
+        return _extensible_runtime(f, cache, cur_util, engine)
     trigger = _prompt_logprobs_trigger(first, events)
     if trigger is not None and first is not None:
         chunked = _chunk_lever(first, trigger, facts, engine)
@@ -279,6 +283,215 @@ def _extensible(
     )
 
 
+_EXTENSIBLE = "vllm.v1.context.extensible_kv_cache"
+_AFTER_WARMUP = "vllm.v1.context.memory_after_warmup"
+# Config that turns vLLM 0.34's extensible KV cache off where it is the default
+# (config/vllm.py, _resolve_extensible_kv_cache): a KV size of one's own.
+_EXTENSIBLE_OFF = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
+# vLLM's own margin under the extensible KV cache on CUDA (extensible_kv_cache.py,
+# KV_CACHE_MARGIN_FLOOR_BYTES): the least it keeps free beyond the measured peak.
+_MARGIN_GIB = 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Extensible:
+    """The failed engine's KV cache was vLLM 0.34's extensible one: `grown` is the last
+    line that says its size (`Extended KV cache to N blocks (X GiB)`, or `Memory after
+    warmup: ...; N KV cache blocks (X GiB) fit ...`), None where only the release says
+    so; `warmup` the last `Memory after warmup` line (what it kept for activations)."""
+
+    grown: Event | None
+    warmup: Event | None
+    version: str | None
+
+
+def _before(e: Event, oom: Event) -> bool:
+    if e.ts is not None and oom.ts is not None:
+        return e.ts <= oom.ts
+    return e.source != oom.source or e.line < oom.line
+
+
+def _extensible_cache(
+    oom: Event | None, events: Sequence[Event], info: EngineInfo | None
+) -> _Extensible | None:
+    """Whether the engine that ran out of device memory at run time had sized its KV
+    cache as vLLM 0.34's extensible one (on by default on CUDA and ROCm): the last
+    `Extended KV cache` / `Disabling the extensible KV cache` line of its replica
+    before the failure says so; else its release, unless its args set a KV size of
+    their own or turn the cache off."""
+    if oom is None or oom.fields.get("device") not in (None, "CUDA", "HIP"):
+        return None
+    # In the order the replica printed them: a restart's args or a `Disabling` line
+    # turn the cache off, a sizing line shows it on (and its size).
+    on: bool | None = None  # (None: the release decides)
+    grown = warmup = None
+    for e in events:
+        if e.replica != oom.replica or not _before(e, oom):
+            continue
+        if e.sig in (_EXTENSIBLE, _AFTER_WARMUP):
+            on = not e.fields.get("disabled")
+            grown = e if on else None
+            warmup = e if e.sig == _AFTER_WARMUP else warmup if on else None
+        elif e.kind is Kind.CONFIG and _turned_off(e):
+            on, grown, warmup = False, None, None
+    version = info.version if info is not None else None
+    if on is None:
+        on = info is not None and info.engine == "vllm" and bool(version_at_least(info, 0, 34))
+    return _Extensible(grown, warmup, version) if on else None
+
+
+def _turned_off(e: Event) -> bool:
+    """A config line whose args size the KV cache themselves or turn the cache off."""
+    if any(arg_value(e, k) not in (None, "None", "null") for k in _EXTENSIBLE_OFF):
+        return True
+    return arg_value(e, "enable_extensible_kv_cache") in ("False", "false")
+
+
+def _shortfall(f: Mapping[str, FieldValue]) -> tuple[int | None, tuple[str, ...]]:
+    """Bytes the failed allocation lacked on the device (0 where the device had them:
+    a cap or fragmentation refused it), and the arithmetic; None with no figures."""
+    tried, free = f.get("tried"), f.get("free")
+    if not (isinstance(tried, int) and isinstance(free, int)):
+        return None, ()
+    size = _sizer(max(tried, free))
+    if tried > free:
+        short = tried - free
+        return short, (
+            f"the allocation that failed: {size(tried)} tried - {size(free)} free = "
+            f"{size(short)} short",
+        )
+    return 0, (
+        f"the allocation that failed: {size(tried)} tried with {size(free)} free on the "
+        "device: the cap vLLM puts on torch's allocator once the cache is sized (or "
+        "fragmentation) refused it, not the device",
+    )
+
+
+_EXTENSIBLE_DO_NOT = (
+    "do not lower --max-num-batched-tokens or --max-num-seqs for this: the extensible "
+    "cache keeps free only the peak warmup measured at them, and takes what a smaller "
+    "peak frees"
+)
+
+
+def _extensible_runtime(
+    f: Mapping[str, FieldValue], cache: _Extensible, cur_util: float | None, engine: str
+) -> Lever:
+    """A runtime device OOM under vLLM 0.34's extensible KV cache. That cache takes all
+    memory left after the activation peak warmup measured (plus a margin), so the
+    failure was a transient warmup did not see. The older levers move the wrong way
+    here: a smaller token budget lowers the measured peak and the cache grows into
+    what it frees. With the cache's size in the log, --kv-cache-memory-bytes fixes it
+    below that by the shortfall and vLLM's own margin (vLLM's own advice for manual
+    control); without it, a cap below the mode's default 1.0 holds memory back."""
+    short, sums = _shortfall(f)
+    release = f"vLLM {cache.version}" if cache.version else "vLLM 0.34"
+    grown = cache.grown
+    how = "its default on CUDA and ROCm"
+    if grown is not None:
+        blocks, gib = grown.fields.get("kv_blocks"), grown.fields.get("kv_gib")
+        said = (
+            f"Extended KV cache to {blocks} blocks ({gib} GiB)"
+            if grown.sig == _EXTENSIBLE
+            else f"Memory after warmup: ... {blocks} KV cache blocks ({gib} GiB) fit ..."
+        )
+        how = f"the log shows `{said}` [{grown.source}:{grown.line}]"
+    kept = cache.warmup.fields.get("kept_gib") if cache.warmup is not None else None
+    beyond = (
+        f"the {kept:g} GiB warmup kept for transient activations "
+        f"[{cache.warmup.source}:{cache.warmup.line}]"
+        if isinstance(kept, float) and cache.warmup is not None
+        else "the activation peak warmup saw"
+    )
+    first = (
+        f"{release} sized the KV cache from the memory measured after warmup ({how}): it "
+        f"took all the device left beyond {beyond} and a margin"
+    )
+    fixed = _fixed_kv_size(grown, short)
+    if fixed is not None:
+        new, lines = fixed
+        return Lever(
+            knob="--kv-cache-memory-bytes",
+            current=None,
+            proposed=new,
+            arithmetic=(first, *sums, *lines),
+            verify=f"no CUDA OOM under the same load; the engine logs `reserved "
+            f"{new[:-1]}.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes`",
+            do_not=_EXTENSIBLE_DO_NOT,
+            rationale="runtime device OOM under the extensible KV cache: a transient its "
+            "warmup did not measure; a fixed KV size leaves the rest of the device free",
+            engine=engine,
+        )
+    cur = cur_util if cur_util is not None else 1.0
+    new_util, lines = _lower_cap(f, cur, cur_util is not None, short)
+    return Lever(
+        knob="--gpu-memory-utilization",
+        current=f"{cur_util:.2f}" if cur_util is not None else None,
+        proposed=f"{new_util:.2f}",
+        arithmetic=(first, *sums, *lines),
+        verify="no CUDA OOM under the same load; the next `Extended KV cache to N blocks (X "
+        "GiB)` shows an X smaller than this run's by the shortfall or more",
+        do_not=_EXTENSIBLE_DO_NOT,
+        rationale="runtime device OOM under the extensible KV cache: a transient its warmup "
+        "did not measure; vLLM's docs keep gpu_memory_utilization below 1.0 for memory it "
+        "does not measure",
+        engine=engine,
+    )
+
+
+def _fixed_kv_size(grown: Event | None, short: int | None) -> tuple[str, tuple[str, ...]] | None:
+    """The KV cache's size, from its `Extended KV cache` line, less the shortfall and
+    vLLM's margin, in whole GiB (the flag takes `62G`, no decimals); None without
+    that line or when too little would be left."""
+    kv_gib = grown.fields.get("kv_gib") if grown is not None else None
+    if not isinstance(kv_gib, float):
+        return None
+    short_gib = (short or 0) / 1024**3
+    fit = kv_gib - short_gib - _MARGIN_GIB
+    if fit < 1:
+        return None
+    new = math.floor(fit)
+    took = f"{kv_gib:g} GiB (the cache)" + (f" - {short_gib:.2f} GiB short" if short else "")
+    return f"{new}G", (
+        *(() if short is not None else ("the error names no size: the margin alone is freed",)),
+        f"{took} - {_MARGIN_GIB} GiB margin (vLLM's own floor) = {fit:.2f} GiB -> {new}G "
+        f"(whole GiB, rounded down): {kv_gib - new:.2f} GiB more stays free for what warmup "
+        "did not measure",
+    )
+
+
+def _lower_cap(
+    f: Mapping[str, FieldValue], cur: float, shown: bool, short: int | None
+) -> tuple[float, tuple[str, ...]]:
+    """A memory fraction below what the process held when it failed, by the shortfall
+    and vLLM's margin (the torch >= 2.2 message says what it held); else a step the
+    shortfall's share of the device needs, or 0.05 where the error has no figures."""
+    total, tried, in_use = f.get("total"), f.get("tried"), f.get("in_use")
+    said = f"{cur:.2f}" if shown else "1.00 (the mode's default: not in the log)"
+    if not (isinstance(total, int) and total > 0 and isinstance(tried, int) and short is not None):
+        new = round(max(cur - 0.05, 0.05), 2)
+        return new, (f"the error carries no device total: {said} - 0.05 = {new:.2f}",)
+    size = _sizer(total)
+    need = short or tried  # (the device had room: room for it under the cap)
+    if isinstance(in_use, int):
+        budget = in_use - need - _MARGIN_GIB * 1024**3
+        new = math.floor(budget / total * 100) / 100
+        if 0.05 <= new < cur:
+            return new, (
+                f"({size(in_use)} the process held - {size(need)} - {_MARGIN_GIB} GiB "
+                f"margin) / {size(total)} total = {budget / total:.4f} -> {new:.2f}, rounded "
+                f"down, from {said}: a budget below what the process held, so the cache gives "
+                "up the rest",
+            )
+    step = _round_up(need / total) + 0.01
+    new = round(max(cur - step, 0.05), 2)
+    return new, (
+        f"{size(need)} / {size(total)} total = {need / total:.3f} of the device, rounded up, "
+        f"+ 0.01 = {step:.2f}; {said} - {step:.2f} = {new:.2f} (whether a cap this close to "
+        "what the cache took binds is for the next run to show)",
+    )
+
+
 def _prompt_logprobs_trigger(oom: Event | None, events: Sequence[Event]) -> Event | None:
     """The scheduler dump the dying engine core printed for the step that ran out of
     memory, if one of its new requests asked for prompt logprobs: the dump comes just
@@ -377,6 +590,11 @@ def _oom_sums(f: Mapping[str, FieldValue], step: float) -> tuple[str, ...]:
         return ()
     gib = 1024**3
     short = tried - free
+    if short <= 0:
+        return (
+            f"the allocation that failed: {tried / gib:.2f} GiB tried with {free / gib:.2f} GiB "
+            "free on the device: fragmentation or a cap on torch's allocator refused it",
+        )
     lines = [
         f"the allocation that failed: {tried / gib:.2f} GiB tried - {free / gib:.2f} GiB free "
         f"= {short / gib:.2f} GiB short"

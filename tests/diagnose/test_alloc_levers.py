@@ -339,3 +339,178 @@ def test_a_start_up_failure_at_a_high_fraction_shrinks_the_activation_peak(
         "activation peak is what left no room for KV blocks",
         "halve the per-step token budget (8192 / 2 = 4096) to lower the activation peak",
     ]
+
+
+# A runtime CUDA OOM under vLLM 0.34's extensible KV cache (on by default on CUDA and
+# ROCm). That cache takes all memory warmup left beyond the activation peak it
+# measured, and torch 2.14's allocator is then capped ("N allowed;"). The sizing lines
+# are 0.34.0's released source (extensible_kv_cache.py:536, 693); the OOM is torch
+# 2.14.0's message (its libc10_cuda.so); no real run here (no GPU).
+EXTENDED = (
+    "(Worker pid=4388) INFO 11-20 14:03:07 [extensible_kv_cache.py:536] Extended KV cache to "
+    "18815 blocks (64.31 GiB)."
+)
+AFTER_WARMUP_034 = (
+    "(Worker pid=4388) INFO 11-20 14:03:06 [extensible_kv_cache.py:693] Memory after warmup: "
+    "66.12 GiB free, 0.5 GiB committed to the KV cache, 1.83 GiB kept for transient "
+    "activations (1.83 GiB allocated at peak, 1.2 GiB of torch reservation growth); 18815 KV "
+    "cache blocks (64.31 GiB) fit within the requested 79.19 GiB. Torch may reserve up to 6.4 "
+    "GiB."
+)
+DISABLED = (
+    "(EngineCore pid=4310) WARNING 11-20 14:03:01 [abstract.py:175] Disabling the extensible "
+    "KV cache: the worker does not support it. The KV cache will be sized from profiling "
+    "estimates instead of measured memory."
+)
+OOM_214 = (
+    "(EngineCore pid=4310) ERROR 11-20 15:10:07 [core.py:1110] torch.OutOfMemoryError: CUDA "
+    "out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of "
+    "which {free} is free. Including non-PyTorch memory, this process has 77.96 GiB memory in "
+    "use. 76.70 GiB allowed; Of the allocated memory 75.10 GiB is allocated by PyTorch, and "
+    "1.32 GiB is reserved by PyTorch but unallocated."
+)
+START_034 = [
+    BANNER.format(v="0.34.0"),
+    ARGS_034.format(more=""),
+    CHUNK.format(mbt=8192),
+]
+EXTENSIBLE_FIRST = (
+    "vLLM 0.34.0 sized the KV cache from the memory measured after warmup (the log shows "
+    "`Extended KV cache to 18815 blocks (64.31 GiB)` [{log}:{n}]): it took all the device "
+    "left beyond the activation peak warmup saw and a margin"
+)
+
+
+def test_extensible_cache_runtime_oom_fixes_the_kv_size_below_the_cache(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # Not the old levers: a smaller token budget lowers the peak warmup measures, and the
+    # cache grows into what it frees; a 0.90 "step back" is no step from 1.0's cache.
+    lines = [*START_034, EXTENDED, OOM_214.format(free="1.21 GiB")]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--kv-cache-memory-bytes", None, "62G",
+    )  # fmt: skip
+    assert lever["arithmetic"] == [
+        EXTENSIBLE_FIRST.format(log=tmp_path / "built.log", n=4),
+        "the allocation that failed: 2.00 GiB tried - 1.21 GiB free = 0.79 GiB short",
+        # 64.31 - 0.79 - 1 = 62.52 -> 62 (the flag's G takes whole GiB)
+        "64.31 GiB (the cache) - 0.79 GiB short - 1 GiB margin (vLLM's own floor) = 62.52 "
+        "GiB -> 62G (whole GiB, rounded down): 2.31 GiB more stays free for what warmup did "
+        "not measure",
+    ]
+    assert lever["verify"] == (
+        "no CUDA OOM under the same load; the engine logs `reserved 62.00 GiB memory for KV "
+        "Cache as specified by kv_cache_memory_bytes`"
+    )
+    assert lever["do_not"].startswith("do not lower --max-num-batched-tokens or --max-num-seqs")
+    assert "--kv-cache-memory-bytes 62G" in lever["apply"]
+    assert lever["rollback"].startswith(
+        "restore the launch command without --kv-cache-memory-bytes (its default)"
+    )
+
+
+def test_extensible_cache_size_read_from_the_memory_after_warmup_line(
+    capsys: Any, tmp_path: Path
+) -> None:
+    lines = [*START_034, AFTER_WARMUP_034, OOM_214.format(free="1.21 GiB")]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "62G")
+    log = tmp_path / "built.log"
+    assert lever["arithmetic"][0] == (
+        "vLLM 0.34.0 sized the KV cache from the memory measured after warmup (the log shows "
+        "`Memory after warmup: ... 18815 KV cache blocks (64.31 GiB) fit ...` "
+        f"[{log}:4]): it took all the device left beyond the 1.83 GiB warmup kept for "
+        f"transient activations [{log}:4] and a margin"
+    )
+
+
+def test_extensible_cache_oom_the_device_had_room_for_frees_the_margin(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # 2.00 GiB tried with 2.50 GiB free: the cap vLLM put on torch's allocator refused
+    # it. A fixed KV size turns the extensible cache, and its cap, off.
+    lines = [*START_034, EXTENDED, OOM_214.format(free="2.50 GiB")]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "63G")
+    assert lever["arithmetic"][1:] == [
+        "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: the cap "
+        "vLLM puts on torch's allocator once the cache is sized (or fragmentation) refused "
+        "it, not the device",
+        "64.31 GiB (the cache) - 1 GiB margin (vLLM's own floor) = 63.31 GiB -> 63G (whole "
+        "GiB, rounded down): 1.31 GiB more stays free for what warmup did not measure",
+    ]
+
+
+def test_extensible_cache_without_its_size_lowers_the_cap_below_what_was_held(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # The release says the cache was extensible; no sizing line says how large. The
+    # process held 77.96 GiB when it failed: (77.96 - 0.79 - 1) / 79.19 = 0.9619 -> 0.96.
+    lever = _lever(capsys, tmp_path, [*START_034, OOM_214.format(free="1.21 GiB")])
+    assert (lever["knob"], lever["current"], lever["proposed"]) == (
+        "--gpu-memory-utilization", None, "0.96",
+    )  # fmt: skip
+    assert lever["arithmetic"][0].startswith(
+        "vLLM 0.34.0 sized the KV cache from the memory measured after warmup (its default "
+        "on CUDA and ROCm)"
+    )
+    assert lever["arithmetic"][2] == (
+        "(77.96 GiB the process held - 0.79 GiB - 1 GiB margin) / 79.19 GiB total = 0.9619 "
+        "-> 0.96, rounded down, from 1.00 (the mode's default: not in the log): a budget "
+        "below what the process held, so the cache gives up the rest"
+    )
+
+
+def test_extensible_cache_oom_without_figures_steps_the_cap(capsys: Any, tmp_path: Path) -> None:
+    lines = [*START_034, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["proposed"]) == ("--gpu-memory-utilization", "0.95")
+    assert lever["arithmetic"][1:] == [
+        "the error carries no device total: 1.00 (the mode's default: not in the log) - 0.05 = 0.95"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("why", "lines"),
+    [
+        ("cache disabled", [*START_034, DISABLED]),
+        (
+            "a KV size of its own",
+            [BANNER.format(v="0.34.0"), ARGS_034.format(more=", 'kv_cache_memory_bytes': 60000000000"), CHUNK.format(mbt=8192)],
+        ),
+        (
+            "turned off",
+            [BANNER.format(v="0.34.0"), ARGS_034.format(more=", 'enable_extensible_kv_cache': False"), CHUNK.format(mbt=8192)],
+        ),
+        # an earlier start grew the cache; the restart that failed sized its own
+        (
+            "restarted with a KV size",
+            [
+                *START_034,
+                EXTENDED,
+                ARGS_034.format(more=", 'kv_cache_memory_bytes': 60000000000").replace(
+                    "14:02:50", "15:00:00"
+                ),
+            ],
+        ),
+        ("older release", [BANNER.format(v="0.33.0"), ARGS_034.format(more=""), CHUNK.format(mbt=8192)]),
+    ],
+)  # fmt: skip
+def test_a_kv_cache_sized_the_old_way_keeps_the_old_runtime_lever(
+    capsys: Any, tmp_path: Path, why: str, lines: list[str]
+) -> None:
+    lever = _lever(capsys, tmp_path, [*lines, OOM_214.format(free="1.21 GiB")])
+    assert (lever["knob"], lever["proposed"]) == ("--max-num-batched-tokens", "4096"), why
+
+
+def test_an_oom_the_device_had_room_for_claims_no_negative_shortfall(
+    capsys: Any, tmp_path: Path
+) -> None:
+    lines = _log(dump=DUMP.replace("prompt_logprobs=1", "prompt_logprobs=None"), free="2.50 GiB")
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["proposed"]) == ("--gpu-memory-utilization", "0.90")
+    assert lever["arithmetic"][1:] == [
+        "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: "
+        "fragmentation or a cap on torch's allocator refused it"
+    ]
