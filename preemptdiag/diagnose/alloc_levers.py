@@ -368,9 +368,9 @@ def _shortfall(f: Mapping[str, FieldValue]) -> tuple[int | None, tuple[str, ...]
 
 
 _EXTENSIBLE_DO_NOT = (
-    "do not lower --max-num-batched-tokens or --max-num-seqs for this: the extensible "
-    "cache keeps free only the peak warmup measured at them, and takes what a smaller "
-    "peak frees"
+    "do not lower --max-num-batched-tokens or --max-num-seqs instead: while the extensible "
+    "cache sizes itself, it keeps free only the peak warmup measured at them and takes "
+    "what a smaller peak frees"
 )
 
 
@@ -480,8 +480,9 @@ def _lower_cap(
             return new, (
                 f"({size(in_use)} the process held - {size(need)} - {_MARGIN_GIB} GiB "
                 f"margin) / {size(total)} total = {budget / total:.4f} -> {new:.2f}, rounded "
-                f"down, from {said}: a budget below what the process held, so the cache gives "
-                "up the rest",
+                f"down, from {said}: a budget that far below what the process held when it "
+                "failed is taken from the cache (the next run's `Extended KV cache` line shows "
+                "how much)",
             )
     step = _round_up(need / total) + 0.01
     new = round(max(cur - step, 0.05), 2)

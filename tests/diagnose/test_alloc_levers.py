@@ -458,7 +458,8 @@ def test_extensible_cache_without_its_size_lowers_the_cap_below_what_was_held(
     assert lever["arithmetic"][2] == (
         "(77.96 GiB the process held - 0.79 GiB - 1 GiB margin) / 79.19 GiB total = 0.9619 "
         "-> 0.96, rounded down, from 1.00 (the mode's default: not in the log): a budget "
-        "below what the process held, so the cache gives up the rest"
+        "that far below what the process held when it failed is taken from the cache (the "
+        "next run's `Extended KV cache` line shows how much)"
     )
 
 
