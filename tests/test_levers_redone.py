@@ -164,6 +164,36 @@ def test_every_lever_can_be_redone_by_hand(
         p2 = 1 << (int(_n(fit)).bit_length() - 1)
         assert p2 == _n(new) == _n(lever["proposed"])
         return
+    fixed = re.search(
+        rf"{NUM} GiB \(the cache\)(?: - {NUM} GiB short)? - (\d+) GiB margin \(vLLM's own "
+        rf"floor\) = {NUM} GiB -> (\d+)G",
+        text,
+    )
+    if fixed:  # vLLM 0.34's extensible cache: its size, less the shortfall and a margin
+        cache, short, margin, fit, new = fixed.groups()
+        owed = _n(cache) - _n(short or "0") - _n(margin)
+        assert abs(owed - _n(fit)) <= Fraction(1, 100)
+        assert math.floor(owed) == int(new) and lever["proposed"] == f"{new}G"
+        if short:
+            oom = re.search(rf"{NUM} GiB tried - {NUM} GiB free = {NUM} GiB short", text)
+            assert oom is not None and oom.group(3) == short
+            assert abs(_n(oom.group(1)) - _n(oom.group(2)) - _n(short)) <= Fraction(1, 100)
+        where = re.search(r"\[([^\]]+):(\d+)\]\): it took", text)
+        assert where is not None
+        with open_binary(open_source(where.group(1))) as fh:
+            line = fh.read().split(b"\n")[int(where.group(2)) - 1].decode()
+        assert f"({cache} GiB)" in line
+        return
+    held = re.search(
+        rf"\({NUM} GiB the process held - {NUM} GiB - (\d+) GiB margin\) / {NUM} GiB total = "
+        rf"{NUM} -> {NUM}",
+        text,
+    )
+    if held:  # the same, with no size in the log: a budget below what the process held
+        in_use, need, margin, total, share, new = map(_n, held.groups())
+        assert abs((in_use - need - margin) / total - share) <= Fraction(1, 10_000)
+        assert math.floor(share * 100) / 100 == float(new) == float(lever["proposed"])
+        return
     halve = re.search(
         r"halve it -> (\d+)|= (\d+)\)? to lower the activation peak|floor\(0\.9 × (\d+)\) = (\d+)",
         text,

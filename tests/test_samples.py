@@ -35,6 +35,14 @@ CASES = {
         "2048",
         1,
     ),
+    "v1_034_extensible_oom.log": (
+        "allocation_failure",
+        False,
+        "--kv-cache-memory-bytes",
+        None,
+        "53G",
+        1,
+    ),
     "v0_startup_kv_too_small.log": (
         "allocation_failure",
         False,
