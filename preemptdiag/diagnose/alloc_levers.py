@@ -321,23 +321,31 @@ def _extensible_cache(
     their own or turn the cache off."""
     if oom is None or oom.fields.get("device") not in (None, "CUDA", "HIP"):
         return None
-    # In the order the replica printed them: a restart's args or a `Disabling` line
-    # turn the cache off, a sizing line shows it on (and its size).
+    # In the order the replica printed them: a (re)start's config lines begin a start
+    # (and its args may turn the cache off), a `Disabling` line turns it off, a sizing
+    # line shows it on (and its size), and sizing lines, the KV capacity line (0.34
+    # prints it once the cache is sized) or stats lines show that the start got past
+    # warmup. An OOM before that is warmup's own: the old levers (a smaller token
+    # budget, the step warmup runs at) stand.
     on: bool | None = None  # (None: the release decides)
-    grown = warmup = None
+    sized, grown, warmup = False, None, None
     for e in events:
         if e.replica != oom.replica or not _before(e, oom):
             continue
         if e.sig in (_EXTENSIBLE, _AFTER_WARMUP):
-            on = not e.fields.get("disabled")
+            on = sized = not e.fields.get("disabled")
             grown = e if on else None
             warmup = e if e.sig == _AFTER_WARMUP else warmup if on else None
-        elif e.kind is Kind.CONFIG and _turned_off(e):
-            on, grown, warmup = False, None, None
+        elif e.kind is Kind.CONFIG:
+            sized, grown, warmup = False, None, None
+            if _turned_off(e):
+                on = False
+        elif e.kind in (Kind.STATS, Kind.CAPACITY):
+            sized = True
     version = info.version if info is not None else None
     if on is None:
         on = info is not None and info.engine == "vllm" and bool(version_at_least(info, 0, 34))
-    return _Extensible(grown, warmup, version) if on else None
+    return _Extensible(grown, warmup, version) if on and sized else None
 
 
 def _turned_off(e: Event) -> bool:

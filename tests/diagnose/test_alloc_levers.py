@@ -374,6 +374,8 @@ START_034 = [
     ARGS_034.format(more=""),
     CHUNK.format(mbt=8192),
 ]
+# Serving: the start got past warmup (an OOM before that is warmup's own).
+SERVING_034 = [STATS.replace("12-02 01:09:", "11-20 15:09:").format(s=s) for s in (17, 27)]
 EXTENSIBLE_FIRST = (
     "vLLM 0.34.0 sized the KV cache from the memory measured after warmup (the log shows "
     "`Extended KV cache to 18815 blocks (64.31 GiB)` [{log}:{n}]): it took all the device "
@@ -447,7 +449,8 @@ def test_extensible_cache_without_its_size_lowers_the_cap_below_what_was_held(
 ) -> None:
     # The release says the cache was extensible; no sizing line says how large. The
     # process held 77.96 GiB when it failed: (77.96 - 0.79 - 1) / 79.19 = 0.9619 -> 0.96.
-    lever = _lever(capsys, tmp_path, [*START_034, OOM_214.format(free="1.21 GiB")])
+    lines = [*START_034, *SERVING_034, OOM_214.format(free="1.21 GiB")]
+    lever = _lever(capsys, tmp_path, lines)
     assert (lever["knob"], lever["current"], lever["proposed"]) == (
         "--gpu-memory-utilization", None, "0.96",
     )  # fmt: skip
@@ -464,7 +467,8 @@ def test_extensible_cache_without_its_size_lowers_the_cap_below_what_was_held(
 
 
 def test_extensible_cache_oom_without_figures_steps_the_cap(capsys: Any, tmp_path: Path) -> None:
-    lines = [*START_034, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    bare = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    lines = [*START_034, *SERVING_034, bare]
     lever = _lever(capsys, tmp_path, lines)
     assert (lever["knob"], lever["proposed"]) == ("--gpu-memory-utilization", "0.95")
     assert lever["arithmetic"][1:] == [
@@ -501,7 +505,7 @@ def test_extensible_cache_oom_without_figures_steps_the_cap(capsys: Any, tmp_pat
 def test_a_kv_cache_sized_the_old_way_keeps_the_old_runtime_lever(
     capsys: Any, tmp_path: Path, why: str, lines: list[str]
 ) -> None:
-    lever = _lever(capsys, tmp_path, [*lines, OOM_214.format(free="1.21 GiB")])
+    lever = _lever(capsys, tmp_path, [*lines, *SERVING_034, OOM_214.format(free="1.21 GiB")])
     assert (lever["knob"], lever["proposed"]) == ("--max-num-batched-tokens", "4096"), why
 
 
@@ -515,3 +519,22 @@ def test_an_oom_the_device_had_room_for_claims_no_negative_shortfall(
         "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: "
         "fragmentation or a cap on torch's allocator refused it"
     ]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        START_034,
+        # a restart: the earlier start's sizing line is not this start's
+        [*START_034, EXTENDED, *SERVING_034, ARGS_034.format(more="").replace("14:02:50", "15:20:00")],
+    ],
+    ids=["first start", "restart"],
+)  # fmt: skip
+def test_an_oom_in_warmup_keeps_the_smaller_token_budget(
+    capsys: Any, tmp_path: Path, lines: list[str]
+) -> None:
+    # Before the cache is sized, warmup runs steps of max_num_batched_tokens: a smaller
+    # budget is the lever there, extensible cache or not.
+    oom = OOM_214.format(free="1.21 GiB").replace("15:10:07", "15:30:00")
+    lever = _lever(capsys, tmp_path, [*lines, oom])
+    assert (lever["knob"], lever["proposed"]) == ("--max-num-batched-tokens", "4096")
