@@ -328,16 +328,28 @@ def _extensible_cache(
     # warmup. An OOM before that is warmup's own: the old levers (a smaller token
     # budget, the step warmup runs at) stand.
     on: bool | None = None  # (None: the release decides)
-    sized, grown, warmup = False, None, None
+    sized = False
+    # The start's sizing lines by the worker that printed them (each tensor- or
+    # pipeline-parallel rank sizes its own cache): the failed one's own, where it
+    # printed one, else the last.
+    grown: dict[str | None, Event] = {}
+    warmup: dict[str | None, Event] = {}
     for e in events:
         if e.replica != oom.replica or not _before(e, oom):
             continue
         if e.sig in (_EXTENSIBLE, _AFTER_WARMUP):
             on = sized = not e.fields.get("disabled")
-            grown = e if on else None
-            warmup = e if e.sig == _AFTER_WARMUP else warmup if on else None
+            if not on:
+                grown.clear()
+                warmup.clear()
+                continue
+            for held in (grown, warmup) if e.sig == _AFTER_WARMUP else (grown,):
+                held.pop(e.proc, None)  # (so the last printed stays last)
+                held[e.proc] = e
         elif e.kind is Kind.CONFIG:
-            sized, grown, warmup = False, None, None
+            sized = False
+            grown.clear()
+            warmup.clear()
             if _turned_off(e):
                 on = False
         elif e.kind in (Kind.STATS, Kind.CAPACITY):
@@ -345,7 +357,15 @@ def _extensible_cache(
     version = info.version if info is not None else None
     if on is None:
         on = info is not None and info.engine == "vllm" and bool(version_at_least(info, 0, 34))
-    return _Extensible(grown, warmup, version) if on and sized else None
+    if not (on and sized):
+        return None
+    return _Extensible(_own_or_last(grown, oom.proc), _own_or_last(warmup, oom.proc), version)
+
+
+def _own_or_last(by_proc: dict[str | None, Event], proc: str | None) -> Event | None:
+    if proc in by_proc:
+        return by_proc[proc]
+    return next(reversed(by_proc.values()), None)
 
 
 def _turned_off(e: Event) -> bool:

@@ -538,3 +538,21 @@ def test_an_oom_in_warmup_keeps_the_smaller_token_budget(
     oom = OOM_214.format(free="1.21 GiB").replace("15:10:07", "15:30:00")
     lever = _lever(capsys, tmp_path, [*lines, oom])
     assert (lever["knob"], lever["proposed"]) == ("--max-num-batched-tokens", "4096")
+
+
+def test_each_rank_sizes_its_own_cache_and_the_failed_ranks_size_counts(
+    capsys: Any, tmp_path: Path
+) -> None:
+    # Tensor parallel: each worker prints its own sizing line; TP0's comes last, but
+    # TP1 failed, so its 64.31 GiB is the size to cut: 64.31 - 0.79 - 1 = 62.52 -> 62G
+    # (TP0's 61.31 would give 59G).
+    tp = EXTENDED.replace("(Worker pid=4388)", "(Worker_TP{r} pid=438{r})")
+    lines = [
+        *START_034,
+        tp.format(r=1),
+        tp.format(r=0).replace("18815 blocks (64.31 GiB)", "17937 blocks (61.31 GiB)"),
+        OOM_214.format(free="1.21 GiB").replace("(EngineCore pid=4310)", "(Worker_TP1 pid=4381)"),
+    ]
+    lever = _lever(capsys, tmp_path, lines)
+    assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "62G")
+    assert "`Extended KV cache to 18815 blocks (64.31 GiB)`" in lever["arithmetic"][0]
