@@ -350,8 +350,9 @@ def test_halving_the_cap_is_not_called_improved(capsys: pytest.CaptureFixture[st
     [
         # "... the estimated maximum model length is 1920."
         ("startup_max_model_len", "4096", "1920"),
-        # 40 GiB asked, 7.4 GiB free: 0.8 x 7.4 = 5.92 -> 5G
-        ("startup_kv_above_ram", "40 GiB", "5G"),
+        # 40 GiB asked (the args' kv_cache_memory_bytes 42949672960, as the flag takes
+        # it: 40G), 7.4 GiB free: 0.8 x 7.4 = 5.92 -> 5G
+        ("startup_kv_above_ram", "40G", "5G"),
         # 0.92 asked, 5.04 of 9.46 GiB free: 0.533 - 0.02 -> 0.51
         ("startup_mem_util", "0.92", "0.51"),
     ],

@@ -212,3 +212,26 @@ def test_healthy_confidence_grows_with_the_look(
     v = report["verdict"]
     assert (v["class"], v["confidence"]) == ("healthy", confidence)
     assert v["why"].endswith("no preemption" + note)
+
+
+def test_the_extensible_oom_lever_applied_is_the_change_compare_sees(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The 0.34 sample's lever applied: the next start sets the KV size (53G) and serves
+    # the same traffic. compare names that one knob, from the args line.
+    before = (SAMPLES / "v1_034_extensible_oom.log").read_text().splitlines()
+    sized = f"'max_logprobs': 20, 'kv_cache_memory_bytes': {53 << 30}}}"
+    after = [
+        ln.replace("'max_logprobs': 20}", sized)
+        for ln in before
+        if "ERROR" not in ln and "extensible_kv_cache.py" not in ln
+    ]
+    (tmp_path / "after.log").write_text("\n".join(after) + "\n")
+    code = main(
+        ["compare", "--format", "json", str(SAMPLES / "v1_034_extensible_oom.log"),
+         str(tmp_path / "after.log")]
+    )  # fmt: skip
+    c = json.loads(capsys.readouterr().out)
+    assert c["changed_knobs"] == {"kv_cache_memory_bytes": {"before": None, "after": str(53 << 30)}}
+    assert (c["before"]["verdict"], c["after"]["verdict"]) == ("allocation_failure", "healthy")
+    assert (c["change"], code) == ("improved", 0)

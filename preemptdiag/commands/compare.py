@@ -78,6 +78,18 @@ def _judge(b: Side, a: Side) -> tuple[Change, str]:
     failing = ("thrash_loop", "allocation_failure", "host_pressure")
     if a.verdict in failing and b.verdict not in failing:
         return Change.REGRESSED, f"after shows {a.verdict}, before did not"
+    if b.verdict in ("allocation_failure", "host_pressure"):
+        # An out-of-memory lever's test is the failure itself, not preemptions.
+        if a.verdict in failing:
+            return Change.NOT_FIXED, (
+                f"before shows {b.verdict}, and the after side still fails ({a.verdict}): "
+                "the change was not enough"
+            )
+        span = f"{a.minutes:g} min of log" if a.minutes else "no time span"
+        return Change.IMPROVED, (
+            f"before shows {b.verdict}, after does not ({a.verdict}, {span}): confirm it "
+            "held the load that failed before"
+        )
     if b.suspected or a.suspected:
         side = "before" if b.suspected else "after"
         return Change.INCONCLUSIVE, (

@@ -643,11 +643,22 @@ def _num(f: Mapping[str, FieldValue], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
+def _flag_bytes(n: int) -> str:
+    """A byte count as --kv-cache-memory-bytes takes it, shortest exact: `40G` (GiB),
+    `512M` (MiB), else the bytes (vLLM's binary suffixes take no decimals)."""
+    for shift, unit in ((30, "G"), (20, "M")):
+        if n > 0 and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
 def _kv_space(f: Mapping[str, FieldValue], facts: Facts, engine: str) -> Lever:
     """CPU backend: the KV pool asked for does not fit the node's free RAM."""
     avail, want = _num(f, "avail_gib"), _num(f, "need_gib")
-    cur = facts.knobs.get("kv_cache_memory_bytes")
-    current = cur if cur is not None else (f"{want:g} GiB" if want is not None else None)
+    cur = facts.knob_int("kv_cache_memory_bytes")
+    current = (
+        _flag_bytes(cur) if cur is not None else (f"{want:g} GiB" if want is not None else None)
+    )
     if avail is None:
         proposed, lines = None, ["the error carries no free-memory figure"]
     else:

@@ -25,6 +25,7 @@ KNOBS = (
     "mem_fraction_static",
     "schedule_conservativeness",
     "chunked_prefill_size",
+    "kv_cache_memory_bytes",
 )
 # A `name: value` / `name=value` pair of an args line (V1's dict, V0's Namespace).
 _PAIR = r"""['"]?\b(?P<k>{names})['"]?\s*[:=]\s*['"]?(?P<v>[\w.+\-]+)"""

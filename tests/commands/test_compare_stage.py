@@ -36,3 +36,24 @@ def test_a_side_that_cannot_show_preemptions_is_inconclusive() -> None:
     blind = replace(BASE, verdict="insufficient_evidence", suspected=True, preemptions_per_min=0.0)
     change, why = _judge(blind, replace(BASE, verdict="queueing", preemptions_per_min=0.0))
     assert change is Change.INCONCLUSIVE and why.startswith("the before side cannot show")
+
+
+def test_an_out_of_memory_failure_gone_is_improved() -> None:
+    oom = replace(BASE, verdict="allocation_failure", preemptions_per_min=0.0)
+    change, why = _judge(oom, replace(oom, verdict="healthy", minutes=28.0))
+    assert change is Change.IMPROVED
+    assert why == (
+        "before shows allocation_failure, after does not (healthy, 28 min of log): confirm it "
+        "held the load that failed before"
+    )
+
+
+def test_an_out_of_memory_failure_still_there_is_not_fixed() -> None:
+    host = replace(BASE, verdict="host_pressure", preemptions_per_min=0.0)
+    for after in ("host_pressure", "allocation_failure"):
+        change, why = _judge(host, replace(host, verdict=after))
+        assert change is Change.NOT_FIXED
+        assert why == (
+            f"before shows host_pressure, and the after side still fails ({after}): the change "
+            "was not enough"
+        )
