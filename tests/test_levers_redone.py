@@ -166,7 +166,7 @@ def test_every_lever_can_be_redone_by_hand(
         return
     fixed = re.search(
         rf"{NUM} GiB \(the cache\)(?: - {NUM} GiB short)? - (\d+) GiB margin \(vLLM's own "
-        rf"floor\) = {NUM} GiB -> (\d+)G",
+        rf"floor on (?:CUDA|ROCm)\) = {NUM} GiB -> (\d+)G",
         text,
     )
     if fixed:  # vLLM 0.34's extensible cache: its size, less the shortfall and a margin

@@ -288,9 +288,11 @@ _AFTER_WARMUP = "vllm.v1.context.memory_after_warmup"
 # Config that turns vLLM 0.34's extensible KV cache off where it is the default
 # (config/vllm.py, _resolve_extensible_kv_cache): a KV size of one's own.
 _EXTENSIBLE_OFF = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
-# vLLM's own margin under the extensible KV cache on CUDA (extensible_kv_cache.py,
-# KV_CACHE_MARGIN_FLOOR_BYTES): the least it keeps free beyond the measured peak.
-_MARGIN_GIB = 1
+# vLLM's own margin under the extensible KV cache (extensible_kv_cache.py,
+# KV_CACHE_MARGIN_FLOOR_BYTES): the least it keeps free beyond the measured peak, 1 GiB
+# on CUDA and 3 on ROCm (where ROCr maps kernel scratch outside the allocator).
+_MARGIN_GIB = {"CUDA": 1, "HIP": 3}
+_PLATFORM = {"CUDA": "CUDA", "HIP": "ROCm"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +415,7 @@ def _extensible_runtime(
     below that by the shortfall and vLLM's own margin (vLLM's own advice for manual
     control); without it, a cap below the mode's default 1.0 holds memory back."""
     short, sums = _shortfall(f)
+    device = "HIP" if f.get("device") == "HIP" else "CUDA"
     release = f"vLLM {cache.version}" if cache.version else "vLLM 0.34"
     grown = cache.grown
     how = "its default on CUDA and ROCm"
@@ -435,7 +438,7 @@ def _extensible_runtime(
         f"{release} sized the KV cache from the memory measured after warmup ({how}): it "
         f"took all the device left beyond {beyond} and a margin"
     )
-    fixed = _fixed_kv_size(grown, short)
+    fixed = _fixed_kv_size(grown, short, device)
     if fixed is not None:
         new, lines = fixed
         return Lever(
@@ -443,7 +446,7 @@ def _extensible_runtime(
             current=None,
             proposed=new,
             arithmetic=(first, *sums, *lines),
-            verify=f"no CUDA OOM under the same load; the engine logs `reserved "
+            verify=f"no {device} OOM under the same load; the engine logs `reserved "
             f"{new[:-1]}.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes`",
             do_not=_EXTENSIBLE_DO_NOT,
             rationale="runtime device OOM under the extensible KV cache: a transient its "
@@ -451,14 +454,14 @@ def _extensible_runtime(
             engine=engine,
         )
     cur = cur_util if cur_util is not None else 1.0
-    new_util, lines = _lower_cap(f, cur, cur_util is not None, short)
+    new_util, lines = _lower_cap(f, cur, cur_util is not None, short, device)
     return Lever(
         knob="--gpu-memory-utilization",
         current=f"{cur_util:.2f}" if cur_util is not None else None,
         proposed=f"{new_util:.2f}",
         arithmetic=(first, *sums, *lines),
-        verify="no CUDA OOM under the same load; the next `Extended KV cache to N blocks (X "
-        "GiB)` shows an X smaller than this run's by the shortfall or more",
+        verify=f"no {device} OOM under the same load; the next `Extended KV cache to N blocks "
+        "(X GiB)` shows an X smaller than this run's by the shortfall or more",
         do_not=_EXTENSIBLE_DO_NOT,
         rationale="runtime device OOM under the extensible KV cache: a transient its warmup "
         "did not measure; vLLM's docs keep gpu_memory_utilization below 1.0 for memory it "
@@ -467,7 +470,9 @@ def _extensible_runtime(
     )
 
 
-def _fixed_kv_size(grown: Event | None, short: int | None) -> tuple[str, tuple[str, ...]] | None:
+def _fixed_kv_size(
+    grown: Event | None, short: int | None, device: str
+) -> tuple[str, tuple[str, ...]] | None:
     """The KV cache's size, from its `Extended KV cache` line, less the shortfall and
     vLLM's margin, in whole GiB (the flag takes `62G`, no decimals); None without
     that line or when too little would be left."""
@@ -475,21 +480,23 @@ def _fixed_kv_size(grown: Event | None, short: int | None) -> tuple[str, tuple[s
     if not isinstance(kv_gib, float):
         return None
     short_gib = (short or 0) / 1024**3
-    fit = kv_gib - short_gib - _MARGIN_GIB
+    margin = _MARGIN_GIB[device]
+    fit = kv_gib - short_gib - margin
     if fit < 1:
         return None
     new = math.floor(fit)
     took = f"{kv_gib:g} GiB (the cache)" + (f" - {short_gib:.2f} GiB short" if short else "")
     return f"{new}G", (
         *(() if short is not None else ("the error names no size: the margin alone is freed",)),
-        f"{took} - {_MARGIN_GIB} GiB margin (vLLM's own floor) = {fit:.2f} GiB -> {new}G "
+        f"{took} - {margin} GiB margin (vLLM's own floor on {_PLATFORM[device]}) = {fit:.2f} "
+        f"GiB -> {new}G "
         f"(whole GiB, rounded down): {kv_gib - new:.2f} GiB more stays free for what warmup "
         "did not measure",
     )
 
 
 def _lower_cap(
-    f: Mapping[str, FieldValue], cur: float, shown: bool, short: int | None
+    f: Mapping[str, FieldValue], cur: float, shown: bool, short: int | None, device: str
 ) -> tuple[float, tuple[str, ...]]:
     """A memory fraction below what the process held when it failed, by the shortfall
     and vLLM's margin (the torch >= 2.2 message says what it held); else a step the
@@ -502,11 +509,12 @@ def _lower_cap(
     size = _sizer(total)
     need = short or tried  # (the device had room: room for it under the cap)
     if isinstance(in_use, int):
-        budget = in_use - need - _MARGIN_GIB * 1024**3
+        margin = _MARGIN_GIB[device]
+        budget = in_use - need - margin * 1024**3
         new = math.floor(budget / total * 100) / 100
         if 0.05 <= new < cur:
             return new, (
-                f"({size(in_use)} the process held - {size(need)} - {_MARGIN_GIB} GiB "
+                f"({size(in_use)} the process held - {size(need)} - {margin} GiB "
                 f"margin) / {size(total)} total = {budget / total:.4f} -> {new:.2f}, rounded "
                 f"down, from {said}: a budget that far below what the process held when it "
                 "failed is taken from the cache (the next run's `Extended KV cache` line shows "

@@ -397,7 +397,7 @@ def test_extensible_cache_runtime_oom_fixes_the_kv_size_below_the_cache(
         EXTENSIBLE_FIRST.format(log=tmp_path / "built.log", n=4),
         "the allocation that failed: 2.00 GiB tried - 1.21 GiB free = 0.79 GiB short",
         # 64.31 - 0.79 - 1 = 62.52 -> 62 (the flag's G takes whole GiB)
-        "64.31 GiB (the cache) - 0.79 GiB short - 1 GiB margin (vLLM's own floor) = 62.52 "
+        "64.31 GiB (the cache) - 0.79 GiB short - 1 GiB margin (vLLM's own floor on CUDA) = 62.52 "
         "GiB -> 62G (whole GiB, rounded down): 2.31 GiB more stays free for what warmup did "
         "not measure",
     ]
@@ -439,7 +439,7 @@ def test_extensible_cache_oom_the_device_had_room_for_frees_the_margin(
         "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: the cap "
         "vLLM puts on torch's allocator once the cache is sized (or fragmentation) refused "
         "it, not the device",
-        "64.31 GiB (the cache) - 1 GiB margin (vLLM's own floor) = 63.31 GiB -> 63G (whole "
+        "64.31 GiB (the cache) - 1 GiB margin (vLLM's own floor on CUDA) = 63.31 GiB -> 63G (whole "
         "GiB, rounded down): 1.31 GiB more stays free for what warmup did not measure",
     ]
 
@@ -556,3 +556,16 @@ def test_each_rank_sizes_its_own_cache_and_the_failed_ranks_size_counts(
     lever = _lever(capsys, tmp_path, lines)
     assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "62G")
     assert "`Extended KV cache to 18815 blocks (64.31 GiB)`" in lever["arithmetic"][0]
+
+
+def test_on_rocm_the_margin_is_vllms_rocm_floor(capsys: Any, tmp_path: Path) -> None:
+    # vLLM keeps 3 GiB on ROCm (kernel scratch is mapped outside the allocator):
+    # 64.31 - 0.79 - 3 = 60.52 -> 60G.
+    hip = OOM_214.format(free="1.21 GiB").replace("CUDA out of memory", "HIP out of memory")
+    lever = _lever(capsys, tmp_path, [*START_034, EXTENDED, hip])
+    assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "60G")
+    assert lever["arithmetic"][2].startswith(
+        "64.31 GiB (the cache) - 0.79 GiB short - 3 GiB margin (vLLM's own floor on ROCm) = "
+        "60.52 GiB -> 60G"
+    )
+    assert lever["verify"].startswith("no HIP OOM under the same load")
