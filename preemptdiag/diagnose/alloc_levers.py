@@ -377,13 +377,17 @@ def _turned_off(e: Event) -> bool:
     return arg_value(e, "enable_extensible_kv_cache") in ("False", "false")
 
 
-def _shortfall(f: Mapping[str, FieldValue]) -> tuple[int | None, tuple[str, ...]]:
+def _shortfall(
+    f: Mapping[str, FieldValue], size: Callable[[float], str] | None = None
+) -> tuple[int | None, tuple[str, ...]]:
     """Bytes the failed allocation lacked on the device (0 where the device had them:
-    a cap or fragmentation refused it), and the arithmetic; None with no figures."""
+    a cap on torch's allocator or fragmentation refused it), and the line that says
+    so, in `size`'s unit (by default the one torch gives its largest figure); None
+    and no line without the figures."""
     tried, free = f.get("tried"), f.get("free")
     if not (isinstance(tried, int) and isinstance(free, int)):
         return None, ()
-    size = _sizer(max(tried, free))
+    size = size or _sizer(max(tried, free))
     if tried > free:
         short = tried - free
         return short, (
@@ -392,8 +396,7 @@ def _shortfall(f: Mapping[str, FieldValue]) -> tuple[int | None, tuple[str, ...]
         )
     return 0, (
         f"the allocation that failed: {size(tried)} tried with {size(free)} free on the "
-        "device: the cap vLLM puts on torch's allocator once the cache is sized (or "
-        "fragmentation) refused it, not the device",
+        "device: fragmentation or a cap on torch's allocator refused it, not the device",
     )
 
 
@@ -622,28 +625,18 @@ def _chunk_lever(oom: Event, trigger: Event, facts: Facts, engine: str) -> Lever
 
 def _oom_sums(f: Mapping[str, FieldValue], step: float) -> tuple[str, ...]:
     """The OOM line's own figures: the shortfall, and whether the step frees it."""
-    tried, free, total = f.get("tried"), f.get("free"), f.get("total")
-    if not (isinstance(tried, int) and isinstance(free, int)):
-        return ()
     gib = 1024**3
-    short = tried - free
-    if short <= 0:
-        return (
-            f"the allocation that failed: {tried / gib:.2f} GiB tried with {free / gib:.2f} GiB "
-            "free on the device: fragmentation or a cap on torch's allocator refused it",
-        )
-    lines = [
-        f"the allocation that failed: {tried / gib:.2f} GiB tried - {free / gib:.2f} GiB free "
-        f"= {short / gib:.2f} GiB short"
-    ]
-    if isinstance(total, int) and step > 0:
-        freed = step * total
-        enough = "enough" if freed >= short else "NOT enough: lower the load that triggered it"
-        lines.append(
-            f"{step:.2f} x {total / gib:.2f} GiB total = {freed / gib:.2f} GiB freed for "
-            f"activations ({enough})"
-        )
-    return tuple(lines)
+    short, lines = _shortfall(f, lambda n: f"{n / gib:.2f} GiB")
+    total = f.get("total")
+    if not short or not isinstance(total, int) or step <= 0:
+        return lines
+    freed = step * total
+    enough = "enough" if freed >= short else "NOT enough: lower the load that triggered it"
+    return (
+        *lines,
+        f"{step:.2f} x {total / gib:.2f} GiB total = {freed / gib:.2f} GiB freed for "
+        f"activations ({enough})",
+    )
 
 
 def _num(f: Mapping[str, FieldValue], key: str) -> float | None:

@@ -436,9 +436,8 @@ def test_extensible_cache_oom_the_device_had_room_for_frees_the_margin(
     lever = _lever(capsys, tmp_path, lines)
     assert (lever["knob"], lever["proposed"]) == ("--kv-cache-memory-bytes", "63G")
     assert lever["arithmetic"][1:] == [
-        "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: the cap "
-        "vLLM puts on torch's allocator once the cache is sized (or fragmentation) refused "
-        "it, not the device",
+        "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: "
+        "fragmentation or a cap on torch's allocator refused it, not the device",
         "64.31 GiB (the cache) - 1 GiB margin (vLLM's own floor on CUDA) = 63.31 GiB -> 63G (whole "
         "GiB, rounded down): 1.31 GiB more stays free for what warmup did not measure",
     ]
@@ -517,7 +516,7 @@ def test_an_oom_the_device_had_room_for_claims_no_negative_shortfall(
     assert (lever["knob"], lever["proposed"]) == ("--gpu-memory-utilization", "0.90")
     assert lever["arithmetic"][1:] == [
         "the allocation that failed: 2.00 GiB tried with 2.50 GiB free on the device: "
-        "fragmentation or a cap on torch's allocator refused it"
+        "fragmentation or a cap on torch's allocator refused it, not the device"
     ]
 
 
