@@ -5,9 +5,9 @@ interleavings go through both paths."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
-import subprocess
 import sys
 from dataclasses import asdict, replace
 from dataclasses import fields as dataclass_fields
@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import Pipe
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
 
 import preemptdiag.commands.analyze as analyze_mod
+import preemptdiag.ingest.spool as spool_mod
 import preemptdiag.scan.parallel as parallel
 import preemptdiag.scan.rollup as rollup_mod
+from preemptdiag.cli import main
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
 from preemptdiag.commands.compare import summarize
 from preemptdiag.model.records import Hit, Kind
@@ -561,16 +564,40 @@ def test_a_late_v1_count_is_read_line_by_line(tmp_path: Path) -> None:
     assert [str(w.confidence) for w in rolled.report.windows][:3] == ["low", "high", "high"]
 
 
-def test_a_late_v1_count_from_stdin_keeps_its_rollups_and_says_so(tmp_path: Path) -> None:
-    # stdin cannot be read again: the report says its spans were read by minute.
+def _piped_json(
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], copy: bool
+) -> dict[str, Any]:
+    """analyze's JSON of `path` piped to stdin; `copy`: as it is (read from its copy in
+    the temporary folder, ingest/spool.py), or where no such copy can be made."""
+    with monkeypatch.context() as m:
+        if not copy:
+            m.setattr(spool_mod.tempfile, "mkstemp", _no_temporary_folder)
+        m.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Pipe(path.read_bytes()))))
+        assert main(["analyze", "--year", "2025", "-f", "json", "-"]) in (0, 1)
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def _no_temporary_folder(*_: object, **__: object) -> tuple[int, str]:
+    raise PermissionError(13, "Permission denied")
+
+
+def test_a_late_v1_count_from_stdin_is_read_again_from_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Piped, the log is read from its copy on disk: line by line again, as the file
+    # is. Streamed once (no copy could be made) the report says its spans were read by
+    # minute.
     path = _late_count_log(tmp_path / "late.log")
-    args = [sys.executable, "-m", "preemptdiag", "analyze", "--year", "2025", "-f", "json"]
-    piped = subprocess.run([*args, "-"], stdin=path.open("rb"), capture_output=True, check=False)
-    named = subprocess.run([*args, str(path)], capture_output=True, check=False)
-    assert piped.returncode == named.returncode == 0, piped.stderr
-    notes = [json.loads(p.stdout)["notes"] for p in (piped, named)]
-    assert analyze_mod._LATE_ROLLED in notes[0]
-    assert analyze_mod._LATE_ROLLED not in notes[1]
+    named = run_analysis(Options(files=(str(path),), time=TimeContext(year=2025)))
+    copied = _piped_json(path, monkeypatch, capsys, copy=True)
+    streamed = _piped_json(path, monkeypatch, capsys, copy=False)
+    assert analyze_mod._LATE_ROLLED not in named.report.notes
+    assert analyze_mod._LATE_ROLLED not in copied["notes"]
+    assert analyze_mod._LATE_ROLLED in streamed["notes"]
+    named_json = report_dict(named.report)
+    for key in ("verdict", "windows", "lever"):
+        assert json.dumps(copied[key]).replace("<stdin>", str(path)) == json.dumps(named_json[key])
 
 
 def test_past_the_line_by_line_bound_a_late_count_keeps_its_rollups_and_says_so(
@@ -738,7 +765,7 @@ def test_preemption_rollups_stand_for_their_lines_in_an_ordered_log(tmp_path: Pa
 
 
 def test_a_copy_across_a_rollups_edge_out_of_order_is_read_again_line_by_line(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The same records printed by two ranks at 10:00:05 and :07, the second copies
     # after an unstamped line (which ends the rollup of the first): time goes back,
@@ -754,11 +781,12 @@ def test_a_copy_across_a_rollups_edge_out_of_order_is_read_again_line_by_line(
     assert _rolled_preemptions(rolled) == 0  # (scanned again without them)
     pre = [e for e in rolled.events if e.kind is Kind.PREEMPTION]
     assert sum(e.preemptions for e in pre) == 3 + 2 + 1 + 4
-    # From stdin it cannot be read again: the count the merged minutes give, and a note.
-    args = [sys.executable, "-m", "preemptdiag", "analyze", "--year", "2025", "-f", "json"]
-    piped = subprocess.run([*args, "-"], stdin=p.open("rb"), capture_output=True, check=False)
-    assert piped.returncode in (0, 1), piped.stderr
-    notes = json.loads(piped.stdout)["notes"]
+    # Piped, it is read again from its copy on disk. Streamed once (no copy could be
+    # made), it cannot be: the count the merged minutes give, and a note.
+    copied = _piped_json(p, monkeypatch, capsys, copy=True)
+    assert sum(w["preemptions"] for w in copied["windows"]) == 3 + 2 + 1 + 4
+    assert not any("the log was piped" in n for n in copied["notes"])
+    notes = _piped_json(p, monkeypatch, capsys, copy=False)["notes"]
     assert any("cannot show their copies here (the log was piped)" in n for n in notes), notes
 
 

@@ -11,9 +11,9 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext, suppress
+from contextlib import ExitStack, nullcontext, suppress
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from preemptdiag.diagnose.window_rules import calm_judge
 from preemptdiag.ingest.promscrape import looks_like_prometheus
 from preemptdiag.ingest.scrape_series import summarize
 from preemptdiag.ingest.sources import Source, open_source
+from preemptdiag.ingest.spool import spooled
 from preemptdiag.model.config import DEFAULT_FAIL_ON, Thresholds
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.gcpause import cyclic_gc_paused
@@ -63,9 +64,9 @@ from preemptdiag.scan.matcher import Matcher, ScanResult
 from preemptdiag.scan.parallel import dense, plan, scan_parallel
 from preemptdiag.scan.passes import scan_fast
 from preemptdiag.scan.rollup import Rollups
-from preemptdiag.scan.signatures import load
+from preemptdiag.scan.signatures import Signature, load
 from preemptdiag.timeline.attach import attach_system_sources
-from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, weights
+from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, trimmed, weights
 from preemptdiag.timeline.calm import lines as calm_lines
 from preemptdiag.timeline.calm import lines_of as calm_lines_of
 from preemptdiag.timeline.calm import windows as calm_windows
@@ -129,6 +130,7 @@ def scan_sources(
     max_hits: int | None = None,
     rollup: int = Rollups.NONE,
     calm_kv: float | None = None,
+    calm_window: tuple[int, int] = (1, 0),
 ) -> list[ScanResult]:
     """Scan every source, in order. With several jobs and enough work the files go
     to forked processes (parallel.plan) and the parent runs `preload` meanwhile when
@@ -159,6 +161,7 @@ def scan_sources(
             max_hits,
             rollup,
             calm_kv,
+            calm_window,
         )
         preload = None
         _check_limit(sources, done, max_hits)
@@ -175,7 +178,13 @@ def scan_sources(
             if progress_fn is None and later is not None and src.path is None:
                 progress_fn = later.read
             done[i] = scan_fast(
-                src, matcher, progress=progress_fn, max_hits=left, rollup=rollup, calm_kv=calm_kv
+                src,
+                matcher,
+                progress=progress_fn,
+                max_hits=left,
+                rollup=rollup,
+                calm_kv=calm_kv,
+                calm_window=calm_window,
             )
             kept += done[i].held
     _check_limit(sources, done, max_hits)
@@ -347,8 +356,8 @@ class Again(Enum):
 
 # A late V1 count (visibility.Settled) reads every stats line's time, count and
 # Waiting; a rollup keeps a minute's first and last line, a calm minute none. Its logs
-# are read again line by line where that costs little; past these (and from stdin,
-# which cannot be read again) its spans are read a minute at a time, and the report
+# are read again line by line where that costs little; past these (and from stdin
+# streamed once, ingest/spool.py) its spans are read a minute at a time, and the report
 # says so (_LATE_ROLLED). A month of stats lines one by one was ~30 s and ~400 MiB.
 LINE_BY_LINE_MAX_BYTES = 64 << 20
 LINE_BY_LINE_MAX_LINES = 20_000
@@ -362,10 +371,12 @@ def _judge(
     calm: list[Placed],
     counted: Weights,
     again: bool = False,
+    aside: int = 0,
 ) -> Judgement | Again:
     """judge, with calm minutes beside the events (timeline/calm.py) and their lines
-    (`counted`, calm.weights); what to scan again without when the calm minutes or
-    (`again`: the logs can be read again) the rollups cannot stand for their lines."""
+    (`counted`, calm.weights; `aside`: the lines of those --since/--until left out);
+    what to scan again without when the calm minutes or (`again`: the logs can be read
+    again) the rollups cannot stand for their lines."""
     events = list(unfiltered)
     if since or until:
         events = [
@@ -410,7 +421,7 @@ def _judge(
         windows = merged
     v = verdict(windows, opts.thresholds, vis, opts.window_seconds, events)
     if not windows and unfiltered:
-        v = replace(v, why=_filtered_out(unfiltered, since, until), filtered_out=True)
+        v = replace(v, why=_filtered_out(unfiltered, since, until, aside), filtered_out=True)
     facts = read_facts(_replica_events(unfiltered, v.replica))
     lever = choose_lever(v, windows, events, facts, info, opts.thresholds)
     return Judgement(v, windows, lever, info, vis, events)
@@ -446,11 +457,23 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
         raise DiagError("no input files (pass one or more logs, or - for stdin)")
     stdin_once(opts.files)
     sigs = load(opts.signatures_dir)
-    sources = [open_source(f) for f in opts.files]
+    with ExitStack() as spools:
+        # (stdin read from a copy on disk, so it can be scanned again: ingest/spool.py)
+        sources = [spools.enter_context(spooled(open_source(f))) for f in opts.files]
+        return _analysed(opts, sigs, sources, progress)
+
+
+def _analysed(
+    opts: Options,
+    sigs: tuple[Signature, ...],
+    sources: list[Source],
+    progress: ProgressFactory | None,
+) -> Outcome:
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
     rollup = Rollups.ALL if opts.rollup and _rollup_exact(opts) else Rollups.NONE
     calm_kv = opts.thresholds.kv_pressure_pct if rollup and _calm_exact(opts, logs, proms) else None
+    window = _calm_window(opts)
     matcher = Matcher(sigs)
     # The scan makes no reference cycles (tests/test_scan.py checks every shipped and
     # fuzzed input), so the collector only walked its growing heap of hits again and
@@ -458,9 +481,17 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
     # a temporary file (records.spilling): held in memory, they grew with the span.
     with cyclic_gc_paused(), spilling():
         results = scan_sources(
-            logs, matcher, opts.jobs, progress, _import_polars, opts.max_events, rollup, calm_kv
+            logs,
+            matcher,
+            opts.jobs,
+            progress,
+            _import_polars,
+            opts.max_events,
+            rollup,
+            calm_kv,
+            window,
         )
-        # (a log read from stdin cannot be read again)
+        # (stdin streamed, where it could not be copied to a file, cannot be read again)
         again = all(s.path is not None for s in logs)
         done = _judged(opts, results, logs, proms, again)
         while isinstance(done, Again):
@@ -483,7 +514,7 @@ def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outc
                 assert again
                 rollup, calm_kv, again = Rollups.NONE, None, False
             results = scan_sources(
-                logs, matcher, opts.jobs, None, None, opts.max_events, rollup, calm_kv
+                logs, matcher, opts.jobs, None, None, opts.max_events, rollup, calm_kv, window
             )
             done = _judged(opts, results, logs, proms, again)
         assert isinstance(done, Outcome)
@@ -515,7 +546,7 @@ def _judged(
     del hits_by_source
     if doubts and readable:
         return Again.PREEMPTIONS
-    calm = _placed(results, events, opts.window_seconds)
+    calm = _placed(results, events, opts.window_seconds, opts.time.tz)
     if calm is None:
         return Again.CALM
     notes: list[str] = rotation_notes(events)
@@ -556,8 +587,17 @@ def _judged(
     # keep: the filter narrows the windows and their evidence, not what the engine is.
     unfiltered = events
     since, until = _time_range(opts, events)
-    counted = weights(calm)  # (the calm minutes' lines, for detect_engine)
-    j = _judge(unfiltered, opts, since, until, calm, counted, again)
+    # (the calm minutes' lines, for detect_engine: all of them count toward a replica's
+    # engine, as its events do, whatever --since/--until keep)
+    counted = weights(calm)
+    aside = 0  # (the lines of the calm minutes --since/--until leave out)
+    if since or until:
+        aside = sum(p.lines for p in calm)
+        calm = trimmed(calm, since, until)
+        aside -= sum(p.lines for p in calm)
+    j = _judge(
+        unfiltered, opts, since, until, calm, weights(calm) if aside else counted, again, aside
+    )
     if isinstance(j, Again):
         return j
     del calm  # (its windows are made; the minutes' numbers and lines can go)
@@ -618,14 +658,14 @@ def _judged(
 
 
 def _placed(
-    results: Sequence[ScanResult], events: Sequence[Event], seconds: int
+    results: Sequence[ScanResult], events: Sequence[Event], seconds: int, tz: tzinfo
 ) -> list[Placed] | None:
     """Every file's calm minutes on the timeline (calm.place), the scan's hits and
     rows let go; None when one cannot be placed. (The one list holds them: calm
     windows empties it as it reads their frames.)"""
     calm: list[Placed] = []
     for r in results:
-        placed = place(r.calm, r.hits, events, seconds)
+        placed = place(r.calm, r.hits, events, seconds, tz)
         if placed is None:
             return None
         calm += placed
@@ -677,15 +717,18 @@ def _time_range(opts: Options, events: Sequence[Event]) -> tuple[datetime | None
     return since, until
 
 
-def _filtered_out(events: Sequence[Event], since: datetime | None, until: datetime | None) -> str:
-    # (every line's: a rollup's lines count, and its last may be its latest)
+def _filtered_out(
+    events: Sequence[Event], since: datetime | None, until: datetime | None, calm: int = 0
+) -> str:
+    # (every line's: a rollup's lines count, and its last may be its latest; `calm`: the
+    # calm minutes' lines, each inside the span of its file's events: calm.place)
     stamps = [e.ts for e in events if e.ts is not None]
     stamps += [m.ts for m in rollup_ends(events) if m.ts is not None]
     span = f"{min(stamps):%Y-%m-%d %H:%M:%S} to {max(stamps):%Y-%m-%d %H:%M:%S}" if stamps else "?"
     lo = f"{since:%Y-%m-%d %H:%M:%S}" if since else "the start"
     hi = f"{until:%Y-%m-%d %H:%M:%S}" if until else "the end"
     return (
-        f"{sum(e.lines for e in events)} event(s) matched, but none fall between {lo} and {hi} "
+        f"{sum(e.lines for e in events) + calm} event(s) matched, but none fall between {lo} and {hi} "
         f"(--since/--until); the input spans {span} UTC"
     )
 
@@ -717,19 +760,29 @@ def _rollup_exact(opts: Options) -> bool:
 def _calm_exact(opts: Options, logs: Sequence[Source], proms: Sequence[Source]) -> bool:
     """Whether calm minutes may stand for their lines (timeline/calm.py): not beside
     /metrics scrapes or a store (a V1 count read there reads every stats line's
-    Waiting), --since/--until (they cut by line), a named zone (its clock changes
-    inside a day: a minute is timed from the hit before it), or stdin (where they
-    cannot, the files are scanned again without them)."""
+    Waiting), nor for stdin streamed once (where they cannot, the files are scanned
+    again without them; stdin is read from a copy on disk where one can be made:
+    ingest/spool.py), nor in windows other than whole minutes that divide a day."""
     return (
         opts.calm
-        and opts.window_seconds == 60  # (the lane keeps a minute calm by its neighbours)
+        # (the lane keeps a window's minutes calm by their neighbours: _calm_window)
+        and opts.window_seconds % 60 == 0
+        and 86_400 % opts.window_seconds == 0
         and all(s.path is not None for s in logs)  # (read twice if they cannot)
         and not proms
         and opts.prometheus is None
-        and opts.since is None
-        and opts.until is None
-        and isinstance(opts.time.tz, timezone)
     )
+
+
+def _calm_window(opts: Options) -> tuple[int, int]:
+    """(minutes a window, the offset of --tz in minutes) for the lane, which keeps a
+    window all calm minutes or all events by its stamps' clock minutes (lane.calm_of).
+    A named zone's offset is today's: its shifts are of an hour, which moves no
+    window of minutes that divide an hour on its clock. (Where a window falls
+    otherwise, a clash makes analyze scan again without calm minutes: exact.)"""
+    offset = datetime.now(opts.time.tz).utcoffset()
+    shift = int(offset.total_seconds()) // 60 if offset is not None else 0
+    return max(opts.window_seconds // 60, 1), shift
 
 
 def exit_code(v: Verdict, opts: Options) -> int:

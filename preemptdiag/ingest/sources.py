@@ -36,12 +36,17 @@ class Source:
     # scan reads again before the rest of the stream. stdin is streamed, never
     # held whole, so a piped 10 GB log costs no more memory than a file.
     stdin_head: bytes = b""
+    # stdin only: where copying it to a file stopped part way (spool.py), that file,
+    # read before stdin_head and the rest of the stream.
+    stdin_part: Path | None = None
 
 
 class _Prepend(io.RawIOBase):
-    """`head`, then whatever `rest` still has: stdin after its sniffed head."""
+    """`head`, then whatever `rest` still has: stdin after its sniffed head (and after
+    `part`, the file a copy of it stopped in, when there is one: spool.py)."""
 
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+    def __init__(self, head: bytes, rest: BinaryIO, part: BinaryIO | None = None) -> None:
+        self._part = part
         self._head = head
         self._inner = rest
 
@@ -49,6 +54,12 @@ class _Prepend(io.RawIOBase):
         return True
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._part is not None:
+            data = self._part.read(len(b))
+            if data:
+                b[: len(data)] = data
+                return len(data)
+            self._part = None
         if self._head:
             n = min(len(b), len(self._head))
             b[:n] = self._head[:n]
@@ -250,7 +261,14 @@ def open_binary(src: Source, snap: Snapshot | None = None) -> Iterator[BinaryIO]
     """The bytes of `src`, decompressed; from `snap` (snapshot.py) when given, so
     every reader of the run reads the one file it opened, whatever rotation does."""
     if src.path is None:
-        yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer))
+        if src.stdin_part is None:
+            yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer))
+            return
+        try:
+            with src.stdin_part.open("rb") as part:
+                yield _layered(src, _Prepend(src.stdin_head, sys.stdin.buffer, part))
+        except OSError as exc:
+            raise read_error(src.name, exc) from None
         return
     if snap is not None:
         try:

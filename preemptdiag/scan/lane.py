@@ -43,7 +43,8 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, partial
+from datetime import date
+from functools import cache, lru_cache, partial
 from heapq import merge
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -763,7 +764,7 @@ def _roll(
     )
     inner = segs.filter(~pl.col("edge")).get_column("seg")
     agg = _agg_frame(f.filter(pl.col("seg").is_in(inner.implode())))
-    calm = _calm_segments(plan, segs, agg, others, result.calm_kv)
+    calm = _calm_segments(plan, segs, agg, others, result.calm_kv, result.calm_window)
     if calm:
         chosen = pl.col("seg").is_in(pl.Series(sorted(calm), dtype=pl.Int64).implode())
         result.calm.extend(_calm_rows(source, plan, agg.filter(chosen)))
@@ -1041,9 +1042,10 @@ def _calm_segments(
     agg: pl.DataFrame,
     others: dict[int, ScanResult],
     kv_limit: float | None,
+    window: tuple[int, int],
 ) -> set[int]:
     """The inner segments that go as calm minutes, with calm minutes on (`kv_limit`:
-    the KV usage they stay under). Calm: every line says how many wait, none preempted
+    the KV usage they stay under), in windows of `window` (calm_of). Calm: every line says how many wait, none preempted
     or carries a preemption count (V1's `Preemptions:` makes every stats line a read of
     a late counter: diagnose/visibility.py), no V0 cumulative counter, KV under
     `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
@@ -1052,8 +1054,8 @@ def _calm_segments(
     Not: the first segment of each clock in the block that is no edge (a calm minute
     is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
     anything else of the block is in (an edge, another segment, an odd line): a window
-    is all calm minutes or all events (a one-minute window; calm minutes are off for
-    others, and a clash across blocks makes analyze scan again without them)."""
+    is all calm minutes or all events (a clash across blocks makes analyze scan again
+    without them)."""
     if kv_limit is None or agg.height == 0:
         return set()
     import polars as pl
@@ -1072,7 +1074,9 @@ def _calm_segments(
     calm = set(agg.filter(quiet.fill_null(False)).get_column("seg").to_list())
     if not calm:
         return calm
-    return calm_of(calm, segs.select("seg", "minute", "run", "edge").iter_rows(), others)
+    return calm_of(
+        calm, segs.select("seg", "minute", "run", "edge").iter_rows(), others, (), window
+    )
 
 
 def calm_of(
@@ -1080,23 +1084,59 @@ def calm_of(
     segs: Iterable[tuple[int, str, int, bool]],
     others: Mapping[int, ScanResult],
     fed: Iterable[str] = (),
+    window: tuple[int, int] = (1, 0),
 ) -> set[int]:
     """Of the `quiet` inner segments, those that go as calm minutes (_calm_segments),
     from every segment of the block in order (seg, minute, clock run, edge); `fed`:
-    the minutes of lines walk gives the sink itself (their hits', as an odd line's)."""
-    out: dict[int, str] = {}
-    busy = {stamp(h)[1] for got in others.values() for h in got.hits}
-    busy.update(fed)
+    the minutes of lines walk gives the sink itself (their hits', as an odd line's);
+    `window`: (minutes a window, the zone's offset in minutes), window_of."""
+    every, shift = window
+    key = (lambda m: m) if every == 1 else (lambda m: window_of(m, every, shift))
+    out: dict[int, str | int | None] = {}
+    busy = {key(stamp(h)[1]) for got in others.values() for h in got.hits}
+    busy.update(map(key, fed))
     run_now, anchored = 0, True
     for seg, minute, run, edge in segs:
         if run != run_now:
             run_now, anchored = run, False
         if edge or not anchored or seg not in quiet:
-            busy.add(minute)
+            busy.add(key(minute))
             anchored = True
         else:
-            out[seg] = minute
-    return {seg for seg, minute in out.items() if minute not in busy}
+            out[seg] = key(minute)
+    return {seg for seg, at in out.items() if at not in busy}
+
+
+# A stamp's clock minute (rollup.stamp's `minute`): its day (`MM-DD` of vLLM's engine
+# stamp, `YYYY-MM-DD` of a wrapper's), hour, minute and zone.
+_MINUTE = re.compile(
+    r"(?:(?P<year>\d{4})-)?(?P<month>\d{2})-(?P<day>\d{2})[ T]"
+    r"(?P<hour>\d{2}):(?P<minute>\d{2})(?P<zone>\D*)"
+)
+
+
+def window_of(minute: str | None, every: int, shift: int) -> str | int | None:
+    """Which window of `every` minutes the clock minute `minute` (rollup.stamp's) is
+    in, as a key: windows start at multiples of their length in UTC, on the clock
+    `shift` minutes behind the stamp's (for a zone that many minutes ahead of UTC).
+    Its day counts from its date (a year-less one's in a leap year: a window across
+    a new year has a key each side). A key is only ever compared with the others of
+    its log: two for one window make its minutes clash, and analyze scan again
+    without calm minutes; exact either way."""
+    m = _MINUTE.fullmatch(minute) if minute else None
+    day = _day_number(m["year"], m["month"], m["day"]) if m else None
+    if m is None or day is None:
+        return minute
+    at = day * 1440 + int(m["hour"]) * 60 + int(m["minute"]) - (0 if m["zone"] else shift)
+    return at // every if not m["zone"] else f"{at // every}{m['zone']}"
+
+
+@lru_cache(maxsize=64)
+def _day_number(year: str | None, month: str, day: str) -> int | None:
+    try:
+        return date(int(year) if year else 2000, int(month), int(day)).toordinal()
+    except ValueError:
+        return None
 
 
 def _calm_rows(source: str, plan: _Plan, agg: pl.DataFrame) -> list[CalmRows]:

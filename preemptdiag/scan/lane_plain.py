@@ -948,6 +948,7 @@ def _roll(
             ((s[0], blocks[s[6]].minutes[s[2][0]], s[3], s[4]) for s in segs),
             others,
             {f[1] for f in fed},
+            result.calm_window,
         )
     if calm:
         # one CalmRows a signature, in order of their first calm minutes

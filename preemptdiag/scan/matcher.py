@@ -77,6 +77,10 @@ class ScanResult:
     # With calm minutes on (lane.py): the KV usage they stay under, and the minutes
     # kept as numbers instead of hits (rows of columns, a block and signature each).
     calm_kv: float | None = None
+    # The windows calm minutes go to: (minutes a window, the offset in minutes of the
+    # zone stamps are read in), so the lane keeps a window all calm minutes or all
+    # events (lane.calm_of).
+    calm_window: tuple[int, int] = (1, 0)
     calm: list[CalmRows] = field(default_factory=list)
 
     @property

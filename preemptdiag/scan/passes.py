@@ -147,13 +147,15 @@ def scan_fast(
     snap: Snapshot | None = None,
     budget: Budget | None = None,
     calm_kv: float | None = None,
+    calm_window: tuple[int, int] = (1, 0),
 ) -> ScanResult:
     """Scan `src` (or `byte_range` of it); more than `max_hits` events held is a
     DiagError, raised as soon as a block crosses it (see limits.py), and so is a
     shared `budget` (--jobs workers) running out. With `rollup` (rollup.Rollups: True
     is STATS), stats lines of one stream and clock minute come back merged, and with
     PREEMPTIONS preemption lines too (rollup.py); with `calm_kv` too, the
-    stream-minutes the lane finds calm come back as numbers (ScanResult.calm).
+    stream-minutes the lane finds calm come back as numbers (ScanResult.calm), in
+    windows of `calm_window` (ScanResult.calm_window).
 
     A file is read from `snap` (one open for the run, snapshot.py), or from one taken
     here; a file cut shorter while it is read is a DiagError."""
@@ -171,6 +173,7 @@ def scan_fast(
                 own,
                 budget,
                 calm_kv,
+                calm_window,
             )
         finally:
             own.close()
@@ -181,7 +184,7 @@ def scan_fast(
     if rollup:
         mid_file = byte_range is not None and byte_range[0] > 0
         result.sink = RollupSink(result.hits, bool(rollup & Rollups.PREEMPTIONS), mid_file=mid_file)
-        result.calm_kv = calm_kv
+        result.calm_kv, result.calm_window = calm_kv, calm_window
     finder = matcher.finder()
     next_line = first_line  # number of the next block's first line
     scratch = ScanResult(source="")  # the look-ahead line is counted when it is read

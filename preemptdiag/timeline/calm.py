@@ -32,12 +32,13 @@ logs.
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from itertools import groupby, islice
 from operator import attrgetter, lt
@@ -110,14 +111,18 @@ class Placed:
     """The calm minutes of a frame of rows on the timeline: for each row, its replica,
     the time of the stamp that dates it (its anchor: the row's time is that day at
     the row's clock, _at) and window (their values are read when their windows are
-    made: a month's rows as Python values were ~60 MB), and its lines (`n`, the
-    frame's column: it goes once read)."""
+    made: a month's rows as Python values were ~60 MB), its lines (`n`, the
+    frame's column: it goes once read) and the time of its first line (`firsts`,
+    epoch seconds: what --since/--until keep, trimmed); `keep`: which rows of the
+    frame these are (all, but where trimmed)."""
 
     rows: CalmRows
     replicas: Repeats  # (a frame's minutes are one replica's: one run)
     anchors: Repeats  # (by identity: a frame's minutes share an anchor or two)
     wstarts: array[int]  # (epoch seconds: 8 bytes a minute, no int object)
     n: Sequence[int]
+    firsts: array[int]
+    keep: Sequence[int]
 
     @property
     def minutes(self) -> int:
@@ -173,11 +178,15 @@ def _peak_hit(
 
 
 def place(
-    calm: Sequence[CalmRows], hits: Sequence[Hit], events: Sequence[Event], seconds: int
+    calm: Sequence[CalmRows],
+    hits: Sequence[Hit],
+    events: Sequence[Event],
+    seconds: int,
+    tz: tzinfo = UTC,
 ) -> list[Placed] | None:
     """The calm minutes of one file on the timeline, a frame at a time (see the module
     docstring); `hits`: the file's hits, `events`: what build_events made of every
-    file's."""
+    file's, `tz`: the zone of stamps that carry none (--tz)."""
     if not calm:
         return []
     source = calm[0].source
@@ -194,11 +203,19 @@ def place(
     # (a calm minute outside its file's events' span would move its replica's first or
     # last time, read off the events: replicas.replica_facts)
     earliest, latest = min(stamps), max(stamps)
+    # A named zone's anchors' events are in UTC (events._in_utc): read on their wall
+    # clock, the offset's where it holds all through the file's span (a stamp is then
+    # one time whichever pass of an hour it is read as), else the zone's, each minute
+    # then timed by its own offset (_Shifts).
+    zone = _one_offset(tz, earliest, latest)
+    wall = None if zone is tz else zone or tz
+    shifts = _Shifts(timed.values(), tz) if zone is None else None
     early, late = micros(earliest), micros(latest)
     days: dict[int, int | None] = {}  # (by anchor: _day_at of its time)
-    # What the minutes after one anchor read of it: its clock and its event, when it
-    # can date them (a run of minutes shares its anchor).
-    dating: dict[int, tuple[tuple[str, str], Event] | None] = {}
+    # What the minutes after one anchor read of it: its clock, its event and its time
+    # on the wall clock of its stamp, when it can date them (a run of minutes shares
+    # its anchor).
+    dating: dict[int, tuple[tuple[str, str], Event, datetime] | None] = {}
     out: list[Placed] = []
     for r in calm:
         kind = "w" if r.sglang else "e"
@@ -207,6 +224,7 @@ def place(
         # read; a Repeats.append a row was ~20 ms of a month)
         ks: array[int] = array("q")
         starts: array[int] = array("q")
+        firsts: array[int] = array("q")
         cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
         # (k: the anchors before the row's line, bisect_left's answer, found by stepping
         # on while the rows' lines go up: a frame's minutes share an anchor or two)
@@ -222,39 +240,152 @@ def place(
             if k in dating:
                 got = dating[k]
             else:
-                got = dating[k] = _dating(anchors[k - 1], timed)
+                got = dating[k] = _dating(anchors[k - 1], timed, wall)
             if got is None:
                 return None
-            (anchor_kind, anchor_day), e = got
+            (anchor_kind, anchor_day), e, anchor_ts = got
             if anchor_kind != kind or anchor_day != day:
                 return None
-            assert e.ts is not None
             day_at = days.get(k)
             if day_at is None:
-                day_at = days[k] = _day_at(e.ts)
+                day_at = days[k] = _day_at(anchor_ts)
             if day_at is not None and hour < 24 and minute < 60 and second < 60:
                 # (the usual: a fixed offset, its day's midnight and the clock, exactly)
                 epoch = day_at + hour * 3600 + minute * 60 + second
                 if not early <= epoch * _US <= late:
                     return None
             else:
-                ts = _at(e.ts, hour, minute, second)
+                ts = _at(anchor_ts, hour, minute, second)
                 if ts > latest or ts < earliest:
                     return None
                 epoch = int(ts.timestamp())  # (windows.window_start)
+                if shifts is not None and not shifts.add(ts, line, epoch):
+                    return None
             ks.append(k)
             starts.append(epoch - epoch % seconds)
+            firsts.append(epoch)
         if not ks:
             continue  # (a frame has rows; none is nothing to place)
         replicas = Repeats()
         dated = Repeats(identity=True)  # (Placed.anchors)
         for k, group in groupby(ks):
-            e = cast(tuple[tuple[str, str], Event], dating[k])[1]
+            _, e, anchor_ts = cast(tuple[tuple[str, str], Event, datetime], dating[k])
             n = sum(1 for _ in group)
             replicas.add(e.replica, n)
-            dated.add(e.ts, n)
-        out.append(Placed(r, replicas, dated, starts, r.frame.column("n")))
+            dated.add(anchor_ts, n)
+        lines_ = r.frame.column("n")
+        out.append(Placed(r, replicas, dated, starts, lines_, firsts, range(len(lines_))))
+    return out if shifts is None or shifts.exact() else None
+
+
+def trimmed(placed: list[Placed], since: datetime | None, until: datetime | None) -> list[Placed]:
+    """The calm minutes --since/--until keep (each of a minute's lines is on its side
+    of a bound on a minute, which analyze requires: _rollup_exact): `placed`, emptied
+    (a frame none of whose minutes are kept goes now)."""
+    lo = -(1 << 62) if since is None else math.ceil(micros(since) / _US)
+    hi = 1 << 62 if until is None else math.ceil(micros(until) / _US)
+    out: list[Placed] = []
+    for p in placed:
+        keep = [j for j, t in enumerate(p.firsts) if lo <= t < hi]
+        if len(keep) == p.minutes:
+            out.append(p)
+        elif keep:
+            out.append(_taken(p, keep))
+    placed.clear()
     return out
+
+
+def _taken(p: Placed, keep: list[int]) -> Placed:
+    """Placed `p` of its minutes `keep` (their indices) alone."""
+    replicas, anchors = Repeats(), Repeats(identity=True)
+    replicas.extend(p.replicas[j] for j in keep)
+    anchors.extend(p.anchors[j] for j in keep)
+    rows = p.keep
+    return Placed(
+        p.rows,
+        replicas,
+        anchors,
+        array("q", (p.wstarts[j] for j in keep)),
+        array("q", (p.n[j] for j in keep)),
+        array("q", (p.firsts[j] for j in keep)),
+        array("q", (rows[j] for j in keep)),
+    )
+
+
+class _Shifts:
+    """Where a named zone shifts inside a file's span, what keeps its calm minutes
+    exact. events._in_utc reads a stamp in an hour the shift repeats as its second
+    pass where its first would go back more than a minute from the latest line before
+    it, a calm minute's lines among them. So no calm minute may be in an hour skipped
+    or repeated (its own reading would hang on the lines before it), and the calm
+    minutes before a stamp in a repeated hour must not be later than its first
+    reading (one would have turned it into its second)."""
+
+    def __init__(self, events: Iterable[Event], tz: tzinfo) -> None:
+        # (line, first reading) of each stamp in a repeated hour: a few an hour a year
+        self._twice = sorted(
+            (e.line, int(local.replace(fold=0).timestamp()))
+            for e in events
+            if e.ts is not None and _shifting(local := e.ts.astimezone(tz))
+        )
+        self._minutes: list[tuple[int, int]] = []  # (line, epoch) of each calm minute
+
+    def add(self, ts: datetime, line: int, epoch: int) -> bool:
+        """A calm minute at `ts` (first line `line`): False where it cannot be one."""
+        if _shifting(ts):
+            return False
+        if self._twice:
+            self._minutes.append((line, epoch))
+        return True
+
+    def exact(self) -> bool:
+        """Whether no calm minute turns a repeated hour's stamp after it."""
+        if not self._twice:
+            return True
+        self._minutes.sort()
+        latest, k = -1, 0
+        for line, first in self._twice:
+            while k < len(self._minutes) and self._minutes[k][0] < line:
+                latest = max(latest, self._minutes[k][1])
+                k += 1
+            # (a minute's lines are up to 59 s after its start; a reading turns when it
+            # is more than 60 s before the latest line)
+            if latest > first:
+                return False
+        return True
+
+
+def _shifting(ts: datetime) -> bool:
+    """Whether wall clock `ts` is in an hour its zone skips or repeats (its two folds
+    are two offsets)."""
+    return ts.replace(fold=0).utcoffset() != ts.replace(fold=1).utcoffset()
+
+
+# How far apart _one_offset looks at a named zone's offset: its changes are months
+# apart (tzdata holds none closer than days), so two looks an hour apart either side
+# of one see it. Past _LOOK_SPAN it does not look (a span of years is a damaged
+# stamp's, mostly): each minute is then timed by its own offset, which is exact too.
+_LOOK = timedelta(hours=1)
+_LOOK_SPAN = timedelta(days=400)
+
+
+def _one_offset(tz: tzinfo, earliest: datetime, latest: datetime) -> tzinfo | None:
+    """`tz` where it is a fixed offset; for a named zone, its one offset from
+    `earliest` to `latest` (as a fixed offset), or None where the offset changes
+    between them (a shift to or from summer time) or may (_LOOK_SPAN)."""
+    if isinstance(tz, timezone):
+        return tz
+    if latest - earliest > _LOOK_SPAN:
+        return None
+    first = earliest.astimezone(tz).utcoffset()
+    t = earliest
+    while True:
+        t = min(t + _LOOK, latest)
+        if t.astimezone(tz).utcoffset() != first:
+            return None
+        if t == latest:
+            break
+    return timezone(first) if first is not None else None
 
 
 def _at(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
@@ -288,15 +419,17 @@ def replicas_of(placed: Iterable[Placed]) -> set[str]:
 
 
 def _dating(
-    h: Hit, timed: Mapping[tuple[int, int, str], Event]
-) -> tuple[tuple[str, str], Event] | None:
-    """(the clock, the event) of anchor `h`, when it can date a calm minute of that
-    clock: a plain stamp (no pod), timed from its own stamp's date."""
+    h: Hit, timed: Mapping[tuple[int, int, str], Event], wall: tzinfo | None
+) -> tuple[tuple[str, str], Event, datetime] | None:
+    """(the clock, the event, its time) of anchor `h`, when it can date a calm minute
+    of that clock: a plain stamp (no pod), timed from its own stamp's date; its time
+    on the clock of `wall` when given (place: a named zone's one offset)."""
     e = timed.get((h.line, h.pos, h.sig))
     clock, minute, _ = stamp(h)
     if h.pod is not None or minute is None or clock is None or e is None or e.ts is None:
         return None
-    return (clock, e) if _same_day(e.ts, clock) else None
+    ts = e.ts if wall is None else e.ts.astimezone(wall)
+    return (clock, e, ts) if _same_day(ts, clock) else None
 
 
 def _same_day(ts: datetime, clock: tuple[str, str]) -> bool:
@@ -322,7 +455,7 @@ def weights(placed: Iterable[Placed]) -> Weights:
             key = (p.replicas[0], reads[0], r.engine)  # (the usual: one of each a frame)
             out[key] = out.get(key, 0) + p.lines
             continue
-        each = reads if len(reads) > 1 else reads * len(p.replicas)
+        each = [reads[i] for i in p.keep] if len(reads) > 1 else reads * len(p.replicas)
         for replica, read, n in zip(p.replicas, each, p.n, strict=True):
             key = (replica, read, r.engine)
             out[key] = out.get(key, 0) + n
@@ -419,14 +552,14 @@ def windows(
             # window each: the frame's columns as they are, not a row at a time)
             reps, wstarts = got_.replicas, got_.wstarts
             last = (reps[-1], wstarts[-1])
-            alone = _Alone(range(got_.minutes), reps, wstarts, got_.anchors)
+            alone = _Alone(got_.keep, reps, wstarts, got_.anchors)
             runs.append(CalmRun.made(bare, frame, alone, seconds, judged, judgements))
             continue
         alone = _Alone([], Repeats(), array("q"), Repeats(identity=True))
         columns: tuple[tuple[Sequence[Any], ...], _Texts] | None = None
         opened: list[Sequence[Any]] = []
-        for i, (replica, anchor, wstart) in enumerate(
-            zip(got_.replicas, got_.anchors, got_.wstarts, strict=True)
+        for i, replica, anchor, wstart in zip(
+            got_.keep, got_.replicas, got_.anchors, got_.wstarts, strict=True
         ):
             key = (replica, wstart)
             if several and key in several:
@@ -590,7 +723,7 @@ class _Alone:
     """The rows of a frame whose windows are one minute each, with each one's
     replica, start (epoch seconds) and anchor (Placed's: CalmRun.made)."""
 
-    rows: list[int] | range
+    rows: Sequence[int]
     replicas: Repeats
     starts: array[int]
     anchors: Repeats

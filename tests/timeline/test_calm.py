@@ -2,12 +2,13 @@
 as numbers; timeline/calm.py makes windows of them) give the report events give, byte
 for byte in every format and with the same exit code: quiet logs, quiet logs with
 incidents, several engines, SGLang, the real engine's lines, new year, a fixed zone,
---jobs; and where calm minutes cannot stand for their lines, analyze scans again
-without them and says the same."""
+a named zone, --jobs; and where calm minutes cannot stand for their lines, analyze
+scans again without them and says the same."""
 
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ import preemptdiag.commands.analyze as analyze
 import preemptdiag.diagnose.rules as rules
 import preemptdiag.render.episodes as episodes
 import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.lane as lane
 import preemptdiag.scan.passes as passes
 import preemptdiag.timeline.calm as calm
 from preemptdiag.cli import main
@@ -105,6 +107,7 @@ _FORKED = """
 import sys
 import preemptdiag.commands.analyze as analyze
 import preemptdiag.scan.bulk as bulk
+import preemptdiag.scan.lane as lane
 import preemptdiag.scan.parallel as parallel
 import preemptdiag.scan.passes as passes
 from preemptdiag.cli import main
@@ -291,6 +294,218 @@ def test_across_midnight_new_year_and_in_a_fixed_zone(
     for block in (4096, 1 << 16):
         spy = _assert_same([path], monkeypatch, capsys, *ctx, block=block)
         assert spy.placed > 50 and not spy.gave_up
+
+
+def _walled(zone: str, start_utc: datetime, hours: float, sglang: bool = False) -> list[str]:
+    """_day's kind of log as a server whose clock is `zone`'s prints it: its stamps the
+    wall clock of a UTC time 10 s apart (an hour skipped or printed twice where the
+    zone shifts); with `sglang`, two ranks' decode lines in SGLang's wrapper stamps."""
+    rng, wall, out = random.Random(9), ZoneInfo(zone), []
+    for i in range(int(hours * 360)):
+        t = (start_utc + timedelta(seconds=10 * i)).astimezone(wall)
+        hot = 300 <= i % 1100 < 330
+        waiting = rng.randrange(1, 60) if hot or rng.random() < 0.01 else 0
+        kv = rng.uniform(95, 100) if hot else rng.uniform(5, 80)
+        if not sglang:
+            out.append(_v1(t, 0, rng.randrange(1, 40), waiting, kv))
+            continue
+        for rank in (0, 1):
+            out.append(
+                f"[{t:%Y-%m-%d %H:%M:%S} TP{rank}] Decode batch, #running-req: "
+                f"{rng.randrange(1, 30)}, #token: {rng.randrange(1000, 90000)}, token usage: "
+                f"{kv / 100:.2f}, cuda graph: True, gen throughput (token/s): "
+                f"{rng.uniform(100, 2000):.2f}, #queue-req: {waiting}, "
+            )
+    return out
+
+
+@pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
+@pytest.mark.parametrize(
+    "zone,start",
+    [
+        # the year turns in Berlin's winter (CET all through), an Indian zone's whole
+        # year (no summer time, +05:30), New York's summer across midnight
+        ("Europe/Berlin", datetime(2025, 12, 31, 20, 30, tzinfo=UTC)),
+        ("Asia/Kolkata", datetime(2026, 2, 28, 16, 0, tzinfo=UTC)),
+        ("America/New_York", datetime(2026, 7, 4, 2, 0, tzinfo=UTC)),
+    ],
+)
+def test_a_named_zone_in_one_offset_keeps_its_calm_minutes(
+    zone: str,
+    start: datetime,
+    sglang: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Read with a named --tz, a calm minute is timed by the zone's offset through the
+    # file's span: a month of stats lines was ~260 MiB read as events, ~51 as minutes.
+    path = _write(tmp_path / "zoned.log", _walled(zone, start, 4, sglang))
+    for block in (4096, 1 << 16):
+        spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", zone, block=block)
+        assert spy.placed > 100 and not spy.gave_up
+
+
+@pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
+@pytest.mark.parametrize(
+    "zone,start,again",
+    [
+        # 02:00-02:59 skipped on 2026-03-29; 02:00-02:59 twice on 2026-10-25
+        ("Europe/Berlin", datetime(2026, 3, 28, 23, 0, tzinfo=UTC), False),
+        ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC), True),
+        ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC), True),
+        ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC), False),
+    ],
+    ids=["berlin-spring", "berlin-autumn", "new-york-autumn", "new-york-spring"],
+)
+def test_a_named_zone_that_shifts_in_the_span_times_each_minute_by_its_offset(
+    zone: str,
+    start: datetime,
+    again: bool,
+    sglang: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Where the zone shifts inside the span, each calm minute is timed by its own
+    # offset (calm._Shifts). An hour the shift repeats reads as its second pass only
+    # by the lines before it (events._in_utc), which a calm minute has none of: with
+    # calm minutes in that hour, the log is scanned again without them.
+    path = _write(tmp_path / "shift.log", _walled(zone, start, 5, sglang))
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", zone)
+    assert spy.gave_up == ([analyze.Again.CALM] if again else [])
+    assert again or spy.placed > 100
+    assert calm._one_offset(ZoneInfo(zone), start, start + timedelta(hours=5)) is None
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_repeated_hour_of_events_keeps_the_calm_minutes_around_it(
+    late: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Berlin's 02:00-02:59 twice, the pool pinned all through it (no calm minute there):
+    # the calm minutes around it keep (their offsets CEST, then CET). A line of that
+    # hour printed late, after calm minutes later than it, may read as its second pass
+    # only by them (events._in_utc): scanned again without them.
+    lines = _walled("Europe/Berlin", datetime(2026, 10, 24, 22, 0, tzinfo=UTC), 6)
+    hot = [" 10-25 02:" in line for line in lines]
+    assert sum(hot) == 720  # (both passes)
+    lines = [
+        re.sub(
+            r"Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%",
+            "Waiting: 9 reqs, GPU KV cache usage: 99.0%",
+            line,
+        )
+        if h
+        else line
+        for line, h in zip(lines, hot, strict=True)
+    ]
+    if late:
+        lines.insert(len(lines) - 30, lines[hot.index(True) + 300])
+    path = _write(tmp_path / "autumn.log", lines)
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", "Europe/Berlin")
+    assert spy.gave_up == ([analyze.Again.CALM] if late else [])
+    assert late or spy.placed > 100
+
+
+def test_a_zones_one_offset_through_a_span() -> None:
+    # (a fixed zone is itself; a named one a fixed offset, from the second it holds)
+    berlin = ZoneInfo("Europe/Berlin")
+    summer = datetime(2026, 3, 29, 1, 0, 1, tzinfo=UTC)
+    assert calm._one_offset(berlin, summer, summer + timedelta(days=200)) == timezone(
+        timedelta(hours=2)
+    )
+    assert calm._one_offset(berlin, summer - timedelta(seconds=2), summer) is None
+    assert calm._shifting(datetime(2026, 10, 25, 2, 30, tzinfo=berlin))  # (twice)
+    assert calm._shifting(datetime(2026, 3, 29, 2, 30, tzinfo=berlin))  # (skipped)
+    assert not calm._shifting(datetime(2026, 3, 29, 3, 0, tzinfo=berlin))
+    plus = timezone(timedelta(hours=5, minutes=30))
+    assert calm._one_offset(plus, summer, summer + timedelta(days=400)) is plus
+
+
+@pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
+@pytest.mark.parametrize(
+    "seconds,zone",
+    [
+        ("120", "UTC"),
+        ("300", "UTC"),
+        ("900", "+05:45"),  # (Nepal's: 900 s windows start on its quarter hours)
+        ("600", "Asia/Kathmandu"),  # (its midnight falls inside a 10-minute window)
+        ("3600", "+05:30"),  # (an hour's window across its midnight)
+        ("1800", "America/New_York"),
+    ],
+)
+def test_windows_of_several_minutes_keep_their_calm_minutes(
+    seconds: str,
+    zone: str,
+    sglang: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # --window N: the lane keeps a window all calm minutes or all events (lane.calm_of
+    # by lane.window_of), so a window of calm minutes is made of their numbers. A
+    # month of stats lines in 5-minute windows was ~210 MiB read as events, ~52 here.
+    start = datetime(2026, 6, 1, 16, 0, tzinfo=UTC)
+    path = _write(tmp_path / "windows.log", _walled("UTC", start, 6, sglang))
+    args = ("--year", "2026", "--window", seconds, "--tz", zone)
+    # (blocks of 4 KiB, a few minutes each: every window has a block's edge or anchor
+    # in it, so none is all calm minutes)
+    assert not _assert_same([path], monkeypatch, capsys, *args, block=4096).gave_up
+    spy = _assert_same([path], monkeypatch, capsys, *args, block=1 << 18)
+    assert spy.placed > 100 and not spy.gave_up
+
+
+def test_a_minutes_window_key_is_one_for_each_window() -> None:
+    # (lane.window_of: windows start at multiples of their length in UTC; a stamp's
+    # clock is `shift` minutes ahead of it)
+    key = lane.window_of
+    # 5-minute windows in UTC: 10:00-10:04 one window, 10:05 the next
+    assert key("06-03 10:00", 5, 0) == key("06-03 10:04", 5, 0) != key("06-03 10:05", 5, 0)
+    # Nepal (+05:45), 10-minute windows: its midnight is 18:15 UTC, inside 18:10-18:20
+    night = [key(m, 10, 345) for m in ("06-02 23:55", "06-03 00:04", "06-03 00:05")]
+    assert night[0] == night[1] != night[2]
+    # a wrapper's dated stamp, across a new year, with a zone of its own
+    assert key("2025-12-31 23:58", 2, 0) == key("2025-12-31 23:59", 2, 0)
+    assert key("2025-12-31 23:59", 2, 0) != key("2026-01-01 00:00", 2, 0)
+    assert key("2025-12-31 23:59", 2, 1) == key("2026-01-01 00:00", 2, 1)
+    assert key("2026-01-01 00:00Z", 2, 60) == key("2026-01-01 00:01Z", 2, 60)
+    assert key("2026-01-01 00:00Z", 2, 60) != key("2026-01-01 00:00", 2, 60)
+    # no day to count from: the minute stands for itself (a clash scans again)
+    assert key("02-30 10:00", 5, 0) == "02-30 10:00" and key(None, 5, 0) is None
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        ("--since", "2026-03-02T00:00"),
+        ("--until", "2026-03-02T01:07"),
+        ("--since", "2026-03-01T23:13", "--until", "2026-03-02T01:00"),
+        ("--since", "23:00", "--until", "23:30"),  # (times of day on the log's date)
+        ("--since", "2026-03-02T01:00", "--window", "300"),
+        ("--since", "2026-03-02T00:02", "--until", "2026-03-02T00:04", "--window", "300"),
+        # nothing between them: the count of the lines matched (calm minutes' too)
+        (
+            "--since",
+            "2026-03-05T00:00",
+        ),
+    ],
+)
+def test_since_and_until_keep_the_calm_minutes_between_them(
+    bounds: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A minute's lines are all on one side of a bound on a minute: the calm minutes
+    # between the bounds make windows, the others count toward their replica's engine
+    # as its events do (calm.trimmed). A month with --since was ~220 MiB read as
+    # events, ~48 here.
+    path = _write(tmp_path / "night.log", list(_day(3, datetime(2026, 3, 1, 22), 5, 2)))
+    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", *bounds, block=1 << 18)
+    assert spy.placed > 100 and not spy.gave_up
 
 
 def test_the_real_engines_lines(
