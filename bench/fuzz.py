@@ -13,9 +13,12 @@ engine or client logs, quoting signal text) and planted secrets, all carrying a
 canary word.
 
 Each input is analysed once in all four formats (one run, four `-o` files) and,
-every `--diff-every`-th input, three times more as JSON: with `--jobs 2` and
-byte-range splits forced on even a tiny file, with stats rollups off, and with the
-stats lane (and its calm minutes) from the first 4 KiB block. The oracle:
+every `--diff-every`-th input, four times more as JSON: with `--jobs 2` and
+byte-range splits forced on even a tiny file, with stats rollups off, with the stats
+lane (and its calm minutes) from the first 4 KiB block, and so again piped to stdin.
+Some inputs are analysed with a named or fixed `--tz`, a `--window` of several
+minutes or a `--since`/`--until` clock time, every run of them alike (_ways). The
+oracle:
 
 - exit code 0, 1 or 2; never 3, never "internal error" or a traceback;
 - exit 2 is exactly one `preemptdiag: error: ...` line on stderr;
@@ -33,6 +36,7 @@ import bz2
 import contextlib
 import gzip
 import io
+import json
 import lzma
 import multiprocessing
 import os
@@ -394,6 +398,7 @@ class Case:
     suffix: str
     seed_file: str
     mutations: tuple[str, ...]
+    ways: tuple[str, ...] = ()  # options every run of it is given (_ways)
 
 
 def seed_files() -> list[Path]:
@@ -449,7 +454,30 @@ def make_case(seed: int, index: int, seeds: Sequence[Path]) -> Case:
         # notices: a canary cut out of its request text there is noise, not a leak.
         names.append("compress_damaged" if damaged else "compress")
     name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else str(src)
-    return Case(index, data, suffix, name, tuple(names))
+    return Case(index, data, suffix, name, tuple(names), _ways(seed, index))
+
+
+# Ways a user may ask for a log, each drawn for some inputs: a named zone (or a fixed
+# one), windows of several minutes, a --since/--until clock time (refused, exit 2,
+# where the log's span holds it on several dates). The calm minutes of the `lane`
+# variant read each of them their own way (timeline/calm.py).
+_ZONES = ("Europe/Berlin", "America/New_York", "Asia/Kolkata", "Asia/Kathmandu", "+05:30")
+_WINDOWS = ("120", "300", "600", "3600")
+
+
+def _ways(seed: int, index: int) -> tuple[str, ...]:
+    """The options input `index` of `seed` is analysed with (its own Random: the
+    input's bytes are what they were before these were drawn)."""
+    rng = random.Random(f"{seed}:{index}:ways")
+    out: list[str] = []
+    if rng.random() < 0.25:
+        out += ["--tz", rng.choice(_ZONES)]
+    if rng.random() < 0.25:
+        out += ["--window", rng.choice(_WINDOWS)]
+    for flag in ("--since", "--until"):
+        if rng.random() < 0.1:
+            out += [flag, f"{rng.randrange(24):02d}:{rng.randrange(60):02d}"]
+    return tuple(out)
 
 
 # --- running one case --------------------------------------------------------------------
@@ -462,6 +490,7 @@ class Finding:
     detail: str
     seed_file: str
     mutations: tuple[str, ...]
+    ways: tuple[str, ...] = ()  # options every run of it is given (_ways)
 
 
 @dataclass
@@ -503,11 +532,12 @@ def _main(argv: list[str]) -> tuple[int, str, str]:
 
 
 @contextlib.contextmanager
-def _variant(name: str) -> Iterator[None]:
+def _variant(name: str, path: Path) -> Iterator[None]:
     """`jobs2`: byte-range splits forced on any file; `nrollup`: stats rollups off;
     `lane`: the stats lane tried from the first block, in 4 KiB blocks, so a small
     input's plain stats lines go its way and its calm minutes stay numbers
-    (timeline/calm.py)."""
+    (timeline/calm.py); `stdin`: the file piped (read from its copy, ingest/spool.py),
+    with the lane as `lane` has it."""
     import preemptdiag.commands.analyze as analyze_mod
     import preemptdiag.scan.bulk as bulk_mod
     import preemptdiag.scan.parallel as parallel_mod
@@ -520,9 +550,15 @@ def _variant(name: str) -> Iterator[None]:
             parallel_mod.PARALLEL_MIN_BYTES = 1
         elif name == "nrollup":
             analyze_mod._rollup_exact = lambda _opts: False  # type: ignore[assignment]
-        elif name == "lane":
+        elif name in ("lane", "stdin"):
             bulk_mod.AFTER_LINES, passes_mod.BLOCK_BYTES = 0, 4096
-        yield
+        if name == "stdin":
+            with path.open("rb") as f, contextlib.ExitStack() as undo:
+                undo.callback(setattr, sys, "stdin", sys.stdin)
+                sys.stdin = io.TextIOWrapper(io.BufferedReader(f))  # type: ignore[arg-type]
+                yield
+        else:
+            yield
     finally:
         parallel_mod.PARALLEL_MIN_BYTES, analyze_mod._rollup_exact = saved
         bulk_mod.AFTER_LINES, passes_mod.BLOCK_BYTES = lane
@@ -550,10 +586,13 @@ def _classify(code: int, err: str) -> str | None:
 def run_case(case: Case, workdir: Path, diff: bool, tally: Tally) -> None:
     path = workdir / f"input{case.suffix}"
     path.write_bytes(case.data)
+    # (file time 0, as stdin has none: what dates a clock-only stamp or places a
+    # scrape is then the same whether the input is named or piped)
+    os.utime(path, (0, 0))
     outs = [workdir / name for _, name in FORMATS]
     for o in outs:
         o.unlink(missing_ok=True)
-    base = ["analyze", str(path), "--year", "2026", "--color", "never", "--jobs", "1"]
+    base = ["analyze", str(path), "--year", "2026", "--color", "never", *case.ways, "--jobs", "1"]
     argv = [*base, *(a for f, _ in FORMATS for a in ("-f", f))]
     argv += [a for o in outs for a in ("-o", str(o))]
 
@@ -586,10 +625,15 @@ def run_case(case: Case, workdir: Path, diff: bool, tally: Tally) -> None:
             return
         tally.diffed += 1
         reference = (workdir / "report.json").read_text()
-        for name in ("jobs2", "nrollup", "lane"):
+        for name in ("jobs2", "nrollup", "lane", "stdin"):
             jobs = "2" if name == "jobs2" else "1"
-            with _variant(name):
-                vcode, vout, verr = _main([*base[:-1], jobs, "-f", "json"])
+            argv = [*base[:-1], jobs, "-f", "json"]
+            with _variant(name, path):
+                if name == "stdin":
+                    argv[1] = "-"
+                vcode, vout, verr = _main(argv)
+                if name == "stdin":
+                    vout = vout.replace(json.dumps("<stdin>")[1:-1], json.dumps(str(path))[1:-1])
             tally.analyses += 1
             cause = _classify(vcode, verr)
             if cause:

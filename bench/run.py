@@ -2,7 +2,7 @@
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
                         [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
-                        [--thrash 1,3]
+                        [--thrash 1,3] [--ways stdin,tz,window,since]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -34,6 +34,11 @@ Rows:
   along, a retraction every ~5 s (--profile sglang-thrash), and `N d thrash x8` the same
   retracting every ~1 s, each printed by 8 TP ranks (--profile sglang-thrash-ranks):
   every minute an incident's, so memory follows the busy minutes, not the retractions.
+- `--ways` (default none): the `N d stats` logs also read the ways a user may ask
+  for them, each a row of its own: piped (`analyze - < FILE`, "stdin"), with a named
+  zone (`--tz Europe/Berlin`, "tz"), in 5-minute windows (`--window 300`, "window"),
+  and from the second day on (`--since 2026-06-04T00:00`, "since"). Each once kept
+  every stats line as an event.
 - `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
   logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
   cannot be cut; MB/s counts the log's bytes, decompressed).
@@ -304,6 +309,28 @@ class Row:
         )
 
 
+# --ways: what each reads the stats log as (the generated log starts on June 3rd, in
+# the year of its file time: 2026 given with --year, so --since names a date in it).
+WAYS = {
+    "stdin": ("analyze - < FILE", ["-"]),
+    "tz": ("analyze --tz Europe/Berlin", ["--tz", "Europe/Berlin"]),
+    "window": ("analyze --window 300", ["--window", "300"]),
+    "since": ("analyze --since 2nd day", ["--year", "2026", "--since", "2026-06-04T00:00"]),
+}
+
+
+def _way(way: str, py: list[str], path: Path, jobs: int) -> tuple[str, list[str]]:
+    """(the row's tool, the command) of analyze reading `path` the way `way` says."""
+    if way not in WAYS:
+        raise SystemExit(f"--ways: unknown way {way!r} (any of {', '.join(WAYS)})")
+    tool, extra = WAYS[way]
+    flags = ["--format", "json", "--jobs", str(jobs)]
+    if way == "stdin":
+        line = shlex.join([*py, "analyze", "-", *flags])
+        return tool, ["sh", "-c", f"{line} < {shlex.quote(str(path))}"]
+    return tool, [*py, "analyze", str(path), *extra, *flags]
+
+
 def _count_lines(path: Path) -> int:
     n = 0
     with path.open("rb") as f:
@@ -356,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         "--thrash",
         default="1,3",
         help="days of an SGLang log thrashing all along (one rank, and eight)",
+    )
+    ap.add_argument(
+        "--ways",
+        default="",
+        help="the stats spans also read piped, with a named zone, in 5-minute windows or "
+        "--since: any of stdin,tz,window,since",
     )
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=3)
@@ -434,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         for jobs in jobs_list[:1] if gz else jobs_list:
             analyze = [*py, "analyze", str(path), "--format", "json", "--jobs", str(jobs)]
             cmds.append(Timed("analyze", jobs, analyze, env))
+            for way in (w for w in args.ways.split(",") if w) if profile == "vllm-stats" else ():
+                tool, cmd = _way(way, py, path, jobs)
+                cmds.append(Timed(tool, jobs, cmd, env))
             for engine in engines if profile == "vllm" else ():
                 scan = [
                     sys.executable,
@@ -467,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"MISMATCH {label} {c.tool} jobs {c.jobs}: "
                         f"{got} candidate lines, grep counted {grep_count}"
                     )
-            elif c.tool == "analyze" and r.rc not in (0, 1):
+            elif c.tool.startswith("analyze") and r.rc not in (0, 1):
                 why = (r.stderr.strip().splitlines() or ["no output"])[0][:120]
                 notes.append(
                     f"analyze: not available ({label}, --jobs {c.jobs}: exit {r.rc}: {why})"
