@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from itertools import groupby, islice
-from operator import attrgetter, lt
+from operator import attrgetter, itemgetter, lt
 from typing import Any, cast, overload
 
 from preemptdiag.model.records import (
@@ -206,17 +206,20 @@ def place(
     # A named zone's anchors' events are in UTC (events._in_utc): read on their wall
     # clock, the offset's where it holds all through the file's span (a stamp is then
     # one time whichever pass of an hour it is read as), else the zone's, each minute
-    # then timed by its own offset (_Shifts).
+    # then timed by its own offset, in the pass of its hour _in_utc reads (_Shifts).
     zone = _one_offset(tz, earliest, latest)
     wall = None if zone is tz else zone or tz
-    shifts = _Shifts(timed.values(), tz) if zone is None else None
+    shifts = None
+    if zone is None:
+        stamped = (timed.get((h.line, h.pos, h.sig)) for h in anchors)
+        shifts = _Shifts([(e.line, e.pos, e.ts) for e in stamped if e and e.ts], tz)
     early, late = micros(earliest), micros(latest)
     days: dict[int, int | None] = {}  # (by anchor: _day_at of its time)
     # What the minutes after one anchor read of it: its clock, its event and its time
     # on the wall clock of its stamp, when it can date them (a run of minutes shares
     # its anchor).
     dating: dict[int, tuple[tuple[str, str], Event, datetime] | None] = {}
-    out: list[Placed] = []
+    made: list[tuple[CalmRows, array[int], array[int], array[int]]] = []
     for r in calm:
         kind = "w" if r.sglang else "e"
         assert r.frame is not None
@@ -243,7 +246,7 @@ def place(
                 got = dating[k] = _dating(anchors[k - 1], timed, wall)
             if got is None:
                 return None
-            (anchor_kind, anchor_day), e, anchor_ts = got
+            (anchor_kind, anchor_day), _, anchor_ts = got
             if anchor_kind != kind or anchor_day != day:
                 return None
             day_at = days.get(k)
@@ -254,28 +257,52 @@ def place(
                 epoch = day_at + hour * 3600 + minute * 60 + second
                 if not early <= epoch * _US <= late:
                     return None
+            elif shifts is not None:
+                # (its time once _Shifts knows which pass of its hour it is in)
+                shifts.add(line, (len(made), len(ks)), anchor_ts, hour, minute, second)
+                epoch = 0
             else:
                 ts = _at(anchor_ts, hour, minute, second)
                 if ts > latest or ts < earliest:
                     return None
                 epoch = int(ts.timestamp())  # (windows.window_start)
-                if shifts is not None and not shifts.add(ts, line, epoch):
-                    return None
-            ks.append(k)
+            ks.append(k << 1)  # (and the pass of its hour: _Shifts)
             starts.append(epoch - epoch % seconds)
             firsts.append(epoch)
-        if not ks:
-            continue  # (a frame has rows; none is nothing to place)
-        replicas = Repeats()
-        dated = Repeats(identity=True)  # (Placed.anchors)
-        for k, group in groupby(ks):
-            _, e, anchor_ts = cast(tuple[tuple[str, str], Event, datetime], dating[k])
-            n = sum(1 for _ in group)
-            replicas.add(e.replica, n)
-            dated.add(anchor_ts, n)
-        lines_ = r.frame.column("n")
-        out.append(Placed(r, replicas, dated, starts, lines_, firsts, range(len(lines_))))
-    return out if shifts is None or shifts.exact() else None
+        if ks:  # (a frame has rows; none is nothing to place)
+            made.append((r, ks, starts, firsts))
+    read = shifts.read() if shifts is not None else []
+    if read is None:
+        return None
+    for (f, i), ts in read:
+        if not earliest <= ts.astimezone(UTC) <= latest:
+            return None
+        _, ks, starts, firsts = made[f]
+        epoch = int(ts.timestamp())
+        ks[i] |= ts.fold
+        starts[i], firsts[i] = epoch - epoch % seconds, epoch
+    return [_placed(r, ks, starts, firsts, dating) for r, ks, starts, firsts in made]
+
+
+def _placed(
+    r: CalmRows,
+    ks: array[int],
+    starts: array[int],
+    firsts: array[int],
+    dating: Mapping[int, tuple[tuple[str, str], Event, datetime] | None],
+) -> Placed:
+    """The Placed of frame `r`'s rows: `ks`, each row's anchor (its index) and the
+    pass of its hour (the low bit, _Shifts: its anchor's time then in that pass)."""
+    assert r.frame is not None
+    replicas = Repeats()
+    dated = Repeats(identity=True)  # (Placed.anchors)
+    for key, group in groupby(ks):
+        _, e, anchor_ts = cast(tuple[tuple[str, str], Event, datetime], dating[key >> 1])
+        n = sum(1 for _ in group)
+        replicas.add(e.replica, n)
+        dated.add(anchor_ts.replace(fold=1) if key & 1 else anchor_ts, n)
+    lines = r.frame.column("n")
+    return Placed(r, replicas, dated, starts, lines, firsts, range(len(lines)))
 
 
 def trimmed(placed: list[Placed], since: datetime | None, until: datetime | None) -> list[Placed]:
@@ -313,46 +340,81 @@ def _taken(p: Placed, keep: list[int]) -> Placed:
 
 
 class _Shifts:
-    """Where a named zone shifts inside a file's span, what keeps its calm minutes
-    exact. events._in_utc reads a stamp in an hour the shift repeats as its second
-    pass where its first would go back more than a minute from the latest line before
-    it, a calm minute's lines among them. So no calm minute may be in an hour skipped
-    or repeated (its own reading would hang on the lines before it), and the calm
-    minutes before a stamp in a repeated hour must not be later than its first
-    reading (one would have turned it into its second)."""
+    """Where a named zone shifts inside a file's span: which pass of its hour each
+    calm minute is in, as events._in_utc would read its first line among the file's
+    stamps. _in_utc reads a stamp of an hour the shift skips or repeats as its second
+    pass where its first would be more than a minute before the latest stamp above it,
+    a calm minute's among them (as its rollup's, the line it would have carried: the
+    rollup's lines are timed from it). So the file's stamps and its calm minutes are
+    read again here in file order, the stamps' times as events has them; where a
+    stamp of such an hour would read otherwise with the calm minutes above it, the
+    minutes cannot stand for their lines (`read` gives a None)."""
 
-    def __init__(self, events: Iterable[Event], tz: tzinfo) -> None:
-        # (line, first reading) of each stamp in a repeated hour: a few an hour a year
-        self._twice = sorted(
-            (e.line, int(local.replace(fold=0).timestamp()))
-            for e in events
-            if e.ts is not None and _shifting(local := e.ts.astimezone(tz))
+    def __init__(self, stamps: list[tuple[int, int, datetime]], tz: tzinfo) -> None:
+        self._stamps = stamps  # (line, pos, time) of each stamp events timed
+        self._tz = tz
+        self._minutes: list[tuple[int, tuple[int, int], datetime]] = []
+
+    def add(
+        self,
+        line: int,
+        slot: tuple[int, int],
+        anchor: datetime,
+        hour: int,
+        minute: int,
+        second: int,
+    ) -> None:
+        """A calm minute whose first line is `line`, at its anchor's day at the clock
+        (`slot`: where place keeps it)."""
+        self._minutes.append((line, slot, _wall(anchor, hour, minute, second)))
+
+    def read(self) -> list[tuple[tuple[int, int], datetime]] | None:
+        """(slot, its first line's time, in the zone and its pass: fold) of each
+        minute, in file order; None where a stamp would read otherwise."""
+        items = sorted(
+            [(line, 0, pos, t, (0, 0)) for line, pos, t in self._stamps]
+            + [(line, 1, 0, t, slot) for line, slot, t in self._minutes],
+            key=itemgetter(0, 1, 2),
         )
-        self._minutes: list[tuple[int, int]] = []  # (line, epoch) of each calm minute
+        out: list[tuple[tuple[int, int], datetime]] = []
+        latest: datetime | None = None
+        for _, minute, _, t, slot in items:
+            if minute:
+                got = _reading(t, latest)
+                out.append((slot, got))
+                t = got.astimezone(UTC)  # (times of one zone compare by their wall clocks)
+            else:
+                local = t.astimezone(self._tz)
+                # (a stamp of a skipped or repeated hour: read with the minutes' first
+                # lines above it, as _in_utc would have)
+                shifted = latest is not None and _shifting(local)
+                # (in UTC: a time in an hour a shift repeats equals none of another
+                # zone, PEP 495)
+                if shifted and _reading(local.replace(fold=0), latest).astimezone(UTC) != t:
+                    return None
+            latest = t if latest is None or t > latest else latest
+        return out
 
-    def add(self, ts: datetime, line: int, epoch: int) -> bool:
-        """A calm minute at `ts` (first line `line`): False where it cannot be one."""
-        if _shifting(ts):
-            return False
-        if self._twice:
-            self._minutes.append((line, epoch))
-        return True
 
-    def exact(self) -> bool:
-        """Whether no calm minute turns a repeated hour's stamp after it."""
-        if not self._twice:
-            return True
-        self._minutes.sort()
-        latest, k = -1, 0
-        for line, first in self._twice:
-            while k < len(self._minutes) and self._minutes[k][0] < line:
-                latest = max(latest, self._minutes[k][1])
-                k += 1
-            # (a minute's lines are up to 59 s after its start; a reading turns when it
-            # is more than 60 s before the latest line)
-            if latest > first:
-                return False
-        return True
+# events._FOLD_SKEW: how far back from the stamp above a time of an hour a shift
+# repeats may be before _in_utc reads it as its second pass.
+_SKEW = timedelta(seconds=60)
+
+
+def _reading(t: datetime, latest: datetime | None) -> datetime:
+    """Wall clock `t` (fold 0) as events._in_utc reads it after `latest`: its first
+    pass, or its second where the first would go back more than _SKEW from `latest`
+    and the second would not (the fold of the time it gives says which)."""
+    if latest is not None and t.astimezone(UTC) < latest - _SKEW:
+        second = t.replace(fold=1)
+        if second.astimezone(UTC) >= latest - _SKEW:
+            return second
+    return t
+
+
+def _wall(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
+    """The anchor's day at the clock, on its zone's wall clock, first pass (fold 0)."""
+    return anchor.replace(hour=hour, minute=minute, second=second, microsecond=0, fold=0)
 
 
 def _shifting(ts: datetime) -> bool:
@@ -389,8 +451,11 @@ def _one_offset(tz: tzinfo, earliest: datetime, latest: datetime) -> tzinfo | No
 
 
 def _at(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
-    """The time of a calm minute's line: its anchor's day at its clock."""
-    return anchor.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    """The time of a calm minute's line: its anchor's day at its clock (in UTC where
+    the anchor is in a named zone, _Shifts: times of one such zone compare by their
+    wall clocks, the pass of an hour a shift repeats not told)."""
+    t = anchor.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    return t if isinstance(t.tzinfo, timezone) else t.astimezone(UTC)
 
 
 _US = 1_000_000

@@ -348,66 +348,76 @@ def test_a_named_zone_in_one_offset_keeps_its_calm_minutes(
 
 @pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
 @pytest.mark.parametrize(
-    "zone,start,again",
+    "zone,start",
     [
         # 02:00-02:59 skipped on 2026-03-29; 02:00-02:59 twice on 2026-10-25
-        ("Europe/Berlin", datetime(2026, 3, 28, 23, 0, tzinfo=UTC), False),
-        ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC), True),
-        ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC), True),
-        ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC), False),
+        ("Europe/Berlin", datetime(2026, 3, 28, 23, 0, tzinfo=UTC)),
+        ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC)),
+        ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC)),
+        ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC)),
     ],
     ids=["berlin-spring", "berlin-autumn", "new-york-autumn", "new-york-spring"],
 )
 def test_a_named_zone_that_shifts_in_the_span_times_each_minute_by_its_offset(
     zone: str,
     start: datetime,
-    again: bool,
     sglang: bool,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Where the zone shifts inside the span, each calm minute is timed by its own
-    # offset (calm._Shifts). An hour the shift repeats reads as its second pass only
-    # by the lines before it (events._in_utc), which a calm minute has none of: with
-    # calm minutes in that hour, the log is scanned again without them.
+    # offset, a minute of an hour the shift repeats in the pass events._in_utc reads
+    # its first line as, after the stamps and minutes above it (calm._Shifts).
     path = _write(tmp_path / "shift.log", _walled(zone, start, 5, sglang))
     spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", zone)
-    assert spy.gave_up == ([analyze.Again.CALM] if again else [])
-    assert again or spy.placed > 100
+    assert spy.placed > 100 and not spy.gave_up
     assert calm._one_offset(ZoneInfo(zone), start, start + timedelta(hours=5)) is None
 
 
-@pytest.mark.parametrize("late", [False, True])
-def test_a_repeated_hour_of_events_keeps_the_calm_minutes_around_it(
-    late: bool,
+def _pinned(line: str, pinned: bool = True) -> str:
+    """A stats line of _walled's with the pool pinned and a queue (no calm minute's),
+    or, not `pinned`, nothing waiting and the pool a third full (a calm one's)."""
+    return re.sub(
+        r"Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%",
+        "Waiting: 9 reqs, GPU KV cache usage: 99.0%"
+        if pinned
+        else "Waiting: 0 reqs, GPU KV cache usage: 33.0%",
+        line,
+    )
+
+
+@pytest.mark.parametrize("case", ["late", "turned"])
+def test_a_stamp_of_a_repeated_hour_reads_as_the_calm_minutes_above_it_say(
+    case: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Berlin's 02:00-02:59 twice, the pool pinned all through it (no calm minute there):
-    # the calm minutes around it keep (their offsets CEST, then CET). A line of that
-    # hour printed late, after calm minutes later than it, may read as its second pass
-    # only by them (events._in_utc): scanned again without them.
+    # Berlin's 02:00-02:59 twice (720 lines from `first`). `late`: a line of its first
+    # pass printed again an hour on, after calm minutes later than it: _in_utc reads
+    # it as its first pass with or without them; the minutes keep. `turned`: its first
+    # pass events up to 02:20 and calm from there, its second pass silent up to 02:20
+    # and calm to 02:29, then a line at 02:30. events (without the calm minutes' lines
+    # above it) read that as its first pass, _in_utc with them as its second:
+    # _Shifts says so, and the file is scanned again without calm minutes.
     lines = _walled("Europe/Berlin", datetime(2026, 10, 24, 22, 0, tzinfo=UTC), 6)
-    hot = [" 10-25 02:" in line for line in lines]
-    assert sum(hot) == 720  # (both passes)
-    lines = [
-        re.sub(
-            r"Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%",
-            "Waiting: 9 reqs, GPU KV cache usage: 99.0%",
-            line,
-        )
-        if h
-        else line
-        for line, h in zip(lines, hot, strict=True)
-    ]
-    if late:
-        lines.insert(len(lines) - 30, lines[hot.index(True) + 300])
+    if case == "turned":
+        lines = [_pinned(line, False) for line in lines]  # (no event but those below)
+    first = next(i for i, line in enumerate(lines) if " 10-25 02:00:00 " in line)
+    assert " 10-25 02:00:00 " in lines[first + 360]  # (the second pass)
+    if case == "late":
+        lines.insert(len(lines) - 30, lines[first + 300])
+    else:
+        for i in [*range(first, first + 126), first + 540]:
+            lines[i] = _pinned(lines[i])
+        del lines[first + 360 : first + 486]
     path = _write(tmp_path / "autumn.log", lines)
-    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", "Europe/Berlin")
-    assert spy.gave_up == ([analyze.Again.CALM] if late else [])
-    assert late or spy.placed > 100
+    # (one block: no block's edge, a hit, between the pinned lines)
+    args = ("--year", "2026", "--tz", "Europe/Berlin")
+    spy = _assert_same([path], monkeypatch, capsys, *args, block=1 << 20)
+    assert spy.gave_up == ([analyze.Again.CALM] if case == "turned" else [])
+    assert case == "turned" or spy.placed > 100
 
 
 def test_a_zones_one_offset_through_a_span() -> None:
