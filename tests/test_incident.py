@@ -4,13 +4,17 @@ filter, a filter that leaves nothing, system evidence outside the engine's span,
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import Pipe
 
+import preemptdiag.ingest.spool as spool
 from preemptdiag.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -122,6 +126,46 @@ def test_check_reads_rotated_files_as_one_log(capsys: pytest.CaptureFixture[str]
     code, lines = check(capsys, str(SAMPLES / "rotated"))
     assert len(lines) == 3 and all("--max-num-seqs 256 -> 46" in ln for ln in lines)
     assert code == 1
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Pipe(path.read_bytes()))))
+
+
+@pytest.mark.parametrize("copy", [True, False], ids=["copied", "streamed"])
+def test_check_judges_stdin_once_it_has_probed_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, copy: bool
+) -> None:
+    # check reads a file twice (what it holds, to group it; then its group): stdin
+    # was read by the first and found empty by the second, so `check -` of a thrash
+    # loop said "no vLLM evidence found" and passed. Now both read its copy; where no
+    # copy can be made it is read once, by itself.
+    if not copy:
+        monkeypatch.setattr(spool.tempfile, "mkstemp", _refused)
+    _stdin(monkeypatch, SAMPLES / "v1_thrash_loop.log")
+    code, lines = check(capsys, "-", str(SAMPLES / "v0_healthy.log"))
+    assert lines[0].startswith("-: thrash_loop [high]") and "--max-num-seqs 256 -> 78" in lines[0]
+    assert lines[1].startswith(f"{SAMPLES / 'v0_healthy.log'}: healthy [high]")
+    assert len(lines) == 2 and code == 1
+
+
+def test_check_groups_stdin_with_its_scrapes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (as test_check_judges_a_log_with_its_scrapes_like_analyze, the log piped: the
+    # scrapes join it by their span)
+    _stdin(monkeypatch, SAMPLES / "v1_suspected_no_counter.log")
+    scrapes = [str(p) for p in sorted((SAMPLES / "scrapes").glob("*.prom"))]
+    code, lines = check(capsys, "-", *scrapes)
+    assert len(lines) == 3 and code == 1
+    assert all(": thrash_loop [high]" in ln and "-> 63" in ln for ln in lines)
+    assert lines[0].startswith("-: ") and lines[0].endswith(
+        "(judged with v1_after.prom, v1_before.prom)"
+    )
+
+
+def _refused(*_: object, **__: object) -> tuple[int, str]:
+    raise PermissionError(13, "Permission denied")
 
 
 def test_check_explicit_group_and_a_missing_file(

@@ -452,14 +452,24 @@ def stdin_once(names: Sequence[str]) -> None:
         raise DiagError("stdin (-) can be read only once; pass it once")
 
 
-def run_analysis(opts: Options, progress: ProgressFactory | None = None) -> Outcome:
+def run_analysis(
+    opts: Options,
+    progress: ProgressFactory | None = None,
+    opened: Mapping[str, Source] | None = None,
+) -> Outcome:
+    """analyze's whole run; `opened`: inputs its caller opened already, by name (check
+    reads stdin's copy in several runs)."""
     if not opts.files and opts.prometheus is None:
         raise DiagError("no input files (pass one or more logs, or - for stdin)")
     stdin_once(opts.files)
     sigs = load(opts.signatures_dir)
+    opened = opened or {}
     with ExitStack() as spools:
         # (stdin read from a copy on disk, so it can be scanned again: ingest/spool.py)
-        sources = [spools.enter_context(spooled(open_source(f))) for f in opts.files]
+        sources = [
+            opened[f] if f in opened else spools.enter_context(spooled(open_source(f)))
+            for f in opts.files
+        ]
         return _analysed(opts, sigs, sources, progress)
 
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis, stdin_once
 from preemptdiag.ingest.rotation import rotation_base
+from preemptdiag.ingest.sources import Source, open_source
+from preemptdiag.ingest.spool import spooled
 from preemptdiag.model.errors import DiagError
 from preemptdiag.model.records import SYSTEM_ENGINES
 from preemptdiag.render.summary import verdict_line
@@ -120,10 +123,31 @@ def run_check(args: Sequence[str], opts: Options, emit: Callable[[str], None]) -
     files = expand(args)
     if not files:
         raise DiagError("no input files (pass logs, folders, or a+b groups)")
-    stdin_once([part for f in files for part in (f.split("+") if "+" in f else [f])])
+    parts = [part for f in files for part in (f.split("+") if "+" in f else [f])]
+    stdin_once(parts)
+    with ExitStack() as spool:
+        # stdin is read by the probe and by its group's run: from one copy of it
+        # (ingest/spool.py), opened here for both. (Each run read the pipe anew, and
+        # the second found it empty: `check -` of a thrash loop said "no vLLM evidence
+        # found" and passed.)
+        stdin: Source | DiagError | None = None
+        if "-" in parts:
+            try:
+                stdin = spool.enter_context(spooled(open_source("-")))
+            except DiagError as exc:
+                stdin = exc  # (its group's lines say so; the others go on)
+        return _checked(files, opts, emit, stdin)
+
+
+def _checked(
+    files: list[str], opts: Options, emit: Callable[[str], None], stdin: Source | DiagError | None
+) -> int:
+    opened = {"-": stdin} if isinstance(stdin, Source) else {}
 
     def analyze(names: tuple[str, ...]) -> Outcome:
-        return run_analysis(replace(opts, files=names))
+        if isinstance(stdin, DiagError) and "-" in names:
+            raise stdin
+        return run_analysis(replace(opts, files=names), opened=opened)
 
     worst = 0
     probes: list[_Probe] = []
@@ -131,6 +155,9 @@ def run_check(args: Sequence[str], opts: Options, emit: Callable[[str], None]) -
     for f in files:
         if "+" in f and not os.path.exists(f):
             explicit.append([part for part in f.split("+") if part])
+            continue
+        if f == "-" and isinstance(stdin, Source) and stdin.path is None:
+            explicit.append([f])  # (streamed, no copy: read once, by itself)
             continue
         try:
             probes.append(_probe(f, analyze))
