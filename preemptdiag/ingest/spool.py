@@ -9,16 +9,19 @@ month as an event instead: ~300 MiB and 8.7 s where the same file took 51 MiB an
 
 So the raw bytes (still compressed, if they are) go to a file in the temporary folder
 (TMPDIR) first, in 1 MiB pieces, and the log is read from there like any file; it is
-removed when the run ends. Where no such file can be made, stdin is streamed once, as
-before. Where writing stops part way (the disk fills), the part written is read back,
-then the rest of the pipe: the same bytes, streamed once.
+removed when the run ends, a SIGTERM included (a log may hold prompts and secrets:
+the file is its owner's alone meanwhile). Where no such file can be made, stdin is
+streamed once, as before. Where writing stops part way (the disk fills), the part
+written is read back, then the rest of the pipe: the same bytes, streamed once.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
@@ -44,11 +47,21 @@ def spooled(src: Source, stdin: BinaryIO | None = None) -> Iterator[Source]:
         yield src  # (no temporary folder to write in: streamed once)
         return
     path = Path(name)
+    # (`timeout`, a job's deadline and k8s stop a run with SIGTERM, whose default
+    # skips every `finally`: here it ends the run as an exception, so the copy goes)
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         yield _copied(src, pipe, fd, path)
     finally:
         with suppress(OSError):
             path.unlink()
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _copied(src: Source, pipe: BinaryIO, fd: int, path: Path) -> Source:

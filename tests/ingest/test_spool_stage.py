@@ -6,8 +6,11 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,4 +133,31 @@ def test_a_copy_that_stops_part_way_is_read_then_the_rest_of_stdin(
         assert src.path is None and src.stdin_part == part and part.stat().st_size == room
         assert pipe.served < len(data)
         assert _read(src) == data
+    assert list(folder.iterdir()) == []
+
+
+def test_a_sigterm_mid_run_removes_the_copy(tmp_path: Path) -> None:
+    # (`timeout` and k8s stop a run with SIGTERM: the log, prompts and all, must not
+    # stay behind in the temporary folder)
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    env = {**os.environ, "TMPDIR": str(folder)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "preemptdiag", "analyze", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert run.stdin is not None
+    run.stdin.write(LOG[:100_000])  # (and the pipe left open: the copy waits for more)
+    run.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in folder.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (copy,) = folder.iterdir()
+    assert copy.name.startswith("preemptdiag-stdin-")
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 128 + signal.SIGTERM
+    run.stdin.close()
     assert list(folder.iterdir()) == []
