@@ -321,58 +321,49 @@ def _walled(zone: str, start_utc: datetime, hours: float, sglang: bool = False) 
 
 @pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
 @pytest.mark.parametrize(
-    "zone,start",
+    "zone,start,shifts",
     [
         # the year turns in Berlin's winter (CET all through), an Indian zone's whole
         # year (no summer time, +05:30), New York's summer across midnight
-        ("Europe/Berlin", datetime(2025, 12, 31, 20, 30, tzinfo=UTC)),
-        ("Asia/Kolkata", datetime(2026, 2, 28, 16, 0, tzinfo=UTC)),
-        ("America/New_York", datetime(2026, 7, 4, 2, 0, tzinfo=UTC)),
+        ("Europe/Berlin", datetime(2025, 12, 31, 20, 30, tzinfo=UTC), False),
+        ("Asia/Kolkata", datetime(2026, 2, 28, 16, 0, tzinfo=UTC), False),
+        ("America/New_York", datetime(2026, 7, 4, 2, 0, tzinfo=UTC), False),
+        # 02:00-02:59 skipped on 2026-03-29; 02:00-02:59 twice on 2026-10-25
+        ("Europe/Berlin", datetime(2026, 3, 28, 23, 0, tzinfo=UTC), True),
+        ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC), True),
+        ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC), True),
+        ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC), True),
+    ],
+    ids=[
+        "berlin-winter",
+        "kolkata",
+        "new-york-summer",
+        "berlin-spring",
+        "berlin-autumn",
+        "new-york-autumn",
+        "new-york-spring",
     ],
 )
-def test_a_named_zone_in_one_offset_keeps_its_calm_minutes(
+def test_a_named_zone_keeps_its_calm_minutes(
     zone: str,
     start: datetime,
+    shifts: bool,
     sglang: bool,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Read with a named --tz, a calm minute is timed by the zone's offset through the
-    # file's span: a month of stats lines was ~260 MiB read as events, ~51 as minutes.
-    path = _write(tmp_path / "zoned.log", _walled(zone, start, 4, sglang))
+    # file's span (a month of stats lines was ~260 MiB read as events, ~51 as minutes).
+    # Where the zone shifts inside the span, each by its own offset, a minute of an
+    # hour the shift repeats in the pass events._in_utc reads its first line as, after
+    # the stamps and minutes above it (calm._Shifts).
+    path = _write(tmp_path / "zoned.log", _walled(zone, start, 5, sglang))
+    end = start + timedelta(hours=5)
+    assert (calm._one_offset(ZoneInfo(zone), start, end) is None) == shifts
     for block in (4096, 1 << 16):
         spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", zone, block=block)
         assert spy.placed > 100 and not spy.gave_up
-
-
-@pytest.mark.parametrize("sglang", [False, True], ids=["vllm", "sglang"])
-@pytest.mark.parametrize(
-    "zone,start",
-    [
-        # 02:00-02:59 skipped on 2026-03-29; 02:00-02:59 twice on 2026-10-25
-        ("Europe/Berlin", datetime(2026, 3, 28, 23, 0, tzinfo=UTC)),
-        ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC)),
-        ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC)),
-        ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC)),
-    ],
-    ids=["berlin-spring", "berlin-autumn", "new-york-autumn", "new-york-spring"],
-)
-def test_a_named_zone_that_shifts_in_the_span_times_each_minute_by_its_offset(
-    zone: str,
-    start: datetime,
-    sglang: bool,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # Where the zone shifts inside the span, each calm minute is timed by its own
-    # offset, a minute of an hour the shift repeats in the pass events._in_utc reads
-    # its first line as, after the stamps and minutes above it (calm._Shifts).
-    path = _write(tmp_path / "shift.log", _walled(zone, start, 5, sglang))
-    spy = _assert_same([path], monkeypatch, capsys, "--year", "2026", "--tz", zone)
-    assert spy.placed > 100 and not spy.gave_up
-    assert calm._one_offset(ZoneInfo(zone), start, start + timedelta(hours=5)) is None
 
 
 def _pinned(line: str, pinned: bool = True) -> str:
