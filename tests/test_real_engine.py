@@ -364,6 +364,10 @@ def test_startup_levers_come_from_the_errors_own_figures(
     lever = report["lever"]
     assert (lever["current"], lever["proposed"]) == (current, proposed)
     assert report["verdict"]["why"].startswith("CPU-backend (host RAM) memory allocation failed")
+    # (the way back names no device the run did not have: it said "CUDA out of memory")
+    assert lever["rollback"].endswith(
+        "if the engine still fails to start, or now fails under load (out of memory while serving)"
+    )
 
 
 def test_the_recommended_cap_ends_the_preemption(capsys: pytest.CaptureFixture[str]) -> None:

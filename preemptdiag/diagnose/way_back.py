@@ -18,8 +18,9 @@ _LAUNCH = {
 _BACK_IF = {
     Class.THRASH_LOOP: "completed requests per minute fall, or p99 end-to-end latency rises, "
     "against the run before the change",
+    # (whatever the device: a CUDA or HIP OOM, or, on the CPU backend, the host's RAM)
     Class.ALLOCATION_FAILURE: "the engine still fails to start, or now fails under load "
-    "(CUDA out of memory while serving)",
+    "(out of memory while serving)",
     Class.HOST_PRESSURE: "the node reports memory pressure or evicts other pods, or the pod can "
     "no longer be scheduled",
 }
