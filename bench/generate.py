@@ -183,6 +183,21 @@ class Writer:
         return self.written + self.pending
 
 
+class StampedWriter(Writer):
+    """A Writer whose every line has the stamp `kubectl logs --timestamps` (and
+    `docker logs -t`) put in front: RFC 3339 in UTC with nanoseconds, the write a few
+    ms after the engine's own stamp (from a Random of its own: the lines are the plain
+    log's)."""
+
+    def __init__(self, out: BinaryIO, rng: random.Random, start: datetime) -> None:
+        super().__init__(out, rng, start)
+        self.lag = random.Random(1)
+
+    def line(self, text: str) -> None:
+        ns = self.lag.randrange(1_000_000, 40_000_000)
+        super().line(f"{self.now:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z {text}")
+
+
 def _loc(e: Engine, v0_file: str, v1_file: str) -> str:
     return f"[{v1_file}]" if e.v1 else f"{v0_file}]"
 
@@ -535,7 +550,12 @@ STATS_LINE_BYTES = 240  # a V1 stats line's mean length here, newline included
 
 
 def generate_stats(
-    out: BinaryIO, size: int, seed: int = 0, busy: bool = False, v0: bool = False
+    out: BinaryIO,
+    size: int,
+    seed: int = 0,
+    busy: bool = False,
+    v0: bool = False,
+    stamped: bool = False,
 ) -> int:
     """A healthy V1 server with request logging off, as a long-running one prints:
     its start-up lines, then one stats line every 10 s and nothing else: `size` //
@@ -547,9 +567,10 @@ def generate_stats(
     waiting on every line, KV well below the pool and nothing preempted (every window
     queueing): the same lines, none of them a healthy minute's. `v0`: a V0 server's
     (0.6.x: `INFO MM-DD HH:MM:SS metrics.py:396] ...`, no process name), at V1's
-    interval."""
+    interval. `stamped`: each line with a kubectl --timestamps stamp in front
+    (StampedWriter): as many lines, ~31 bytes more each."""
     rng = random.Random(seed)
-    w = Writer(out, rng, datetime(2025, 6, 3, 0, 0, 0))
+    w = (StampedWriter if stamped else Writer)(out, rng, datetime(2025, 6, 3, 0, 0, 0))
     e = (
         Engine(v1=False, version="0.6.3.post1", stats_every=5, api="", core="")
         if v0
@@ -572,6 +593,11 @@ def generate_stats(
     return w.written
 
 
+def generate_stamped(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_stats as `kubectl logs --timestamps` gives it."""
+    return generate_stats(out, size, seed, stamped=True)
+
+
 def generate_busy(out: BinaryIO, size: int, seed: int = 0) -> int:
     """generate_stats of a server queueing the whole time (busy)."""
     return generate_stats(out, size, seed, busy=True)
@@ -591,6 +617,7 @@ PROFILES = {
     "vllm": generate,
     "sglang-dense": generate_dense,
     "vllm-stats": generate_stats,
+    "vllm-stats-kubectl": generate_stamped,
     "vllm-stats-busy": generate_busy,
     "vllm-v0-stats": generate_v0_stats,
     "vllm-requests": generate_requests,

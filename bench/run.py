@@ -2,7 +2,7 @@
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
                         [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
-                        [--thrash 1,3] [--ways stdin,tz,window,since]
+                        [--thrash 1,3] [--ways stdin,tz,window,since] [--kubectl 10]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -39,6 +39,9 @@ Rows:
   zone (`--tz Europe/Berlin`, "tz"), in 5-minute windows (`--window 300`, "window"),
   and from the second day on (`--since 2026-06-04T00:00`, "since"). Each once kept
   every stats line as an event.
+- `N d stats, kubectl` (`--kubectl`, days, default none): the `N d stats` log with
+  the stamp `kubectl logs --timestamps` puts in front of every line (--profile
+  vllm-stats-kubectl: as many lines, ~31 bytes more each).
 - `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
   logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
   cannot be cut; MB/s counts the log's bytes, decompressed).
@@ -385,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         help="days of an SGLang log thrashing all along (one rank, and eight)",
     )
     ap.add_argument(
+        "--kubectl",
+        default="",
+        help="days of the stats-only log with a kubectl --timestamps stamp on every line",
+    )
+    ap.add_argument(
         "--ways",
         default="",
         help="the stats spans also read piped, with a named zone, in 5-minute windows or "
@@ -430,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(parse_size(s), s, "vllm") for s in args.sizes.split(",") if s]
     todo += [(parse_size(s), s, "sglang-dense") for s in args.dense.split(",") if s]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats") for d in args.spans.split(",") if d]
+    todo += [
+        (span_bytes(float(d)), f"{d} d", "vllm-stats-kubectl") for d in args.kubectl.split(",") if d
+    ]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats-busy") for d in args.busy.split(",") if d]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-v0-stats") for d in args.v0.split(",") if d]
     todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
@@ -442,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "sglang-dense": " dense",
         "vllm-gz": " .gz",
         "vllm-stats": " stats",
+        "vllm-stats-kubectl": " stats, kubectl",
         "vllm-stats-busy": " busy",
         "vllm-v0-stats": " V0",
         "vllm-requests": " requests",
