@@ -1,0 +1,30 @@
+"""bench/generate.py's kubectl-stamped stats profile is the plain one's lines, each
+with the stamp `kubectl logs --timestamps` puts in front (what bench/README.md's
+`--kubectl` rows compare against the plain log)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from test_equivalence import _bench_generator
+
+from preemptdiag.scan.lines import normalise
+
+_KUBECTL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
+
+
+def test_the_kubectl_profile_is_the_plain_one_stamped() -> None:
+    gen = _bench_generator()
+    plain, stamped = io.BytesIO(), io.BytesIO()
+    gen.PROFILES["vllm-stats"](plain, 200_000, 3)
+    gen.PROFILES["vllm-stats-kubectl"](stamped, 200_000, 3)
+    ours, theirs = plain.getvalue().decode().splitlines(), stamped.getvalue().decode().splitlines()
+    assert len(ours) == len(theirs) > 800
+    for line, wrapped in zip(ours, theirs, strict=True):
+        m = _KUBECTL.match(wrapped)
+        assert m is not None and wrapped[m.end() :] == line
+        # (the stamp is the engine's second, a few ms on, as the tool reads it)
+        got = normalise(wrapped)
+        assert (got.text, got.ts_kind) == (line, "iso")
+        assert got.ts_wrapper is not None and got.ts_wrapper[5:19].replace("T", " ") in line
