@@ -1045,9 +1045,10 @@ def _calm_segments(
     window: tuple[int, int],
 ) -> set[int]:
     """The inner segments that go as calm minutes, with calm minutes on (`kv_limit`:
-    the KV usage they stay under), in windows of `window` (calm_of). Calm: every line says how many wait, none preempted
-    or carries a preemption count (V1's `Preemptions:` makes every stats line a read of
-    a late counter: diagnose/visibility.py), no V0 cumulative counter, KV under
+    the KV usage they stay under), in windows of `window` (calm_of). Calm: every line
+    says how many wait, none preempted or carries a preemption count (V1's
+    `Preemptions:` makes every stats line a read of a late counter:
+    diagnose/visibility.py), no V0 cumulative counter, KV under
     `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
     window is healthy, queueing or a stall whatever else the log holds, by its own
     numbers: no rule before PD108 can take it (window_rules.calm_judge).

@@ -70,7 +70,7 @@ from preemptdiag.model.records import (
 )
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
-from preemptdiag.timeline.events import stamp_event
+from preemptdiag.timeline.events import read_pass, stamp_event
 
 _KV, _RUNNING, _WAITING, _PROMPT, _GEN, _SWAPPED = (
     AGG_FIELDS.index(k)
@@ -274,12 +274,12 @@ def place(
     read = shifts.read() if shifts is not None else []
     if read is None:
         return None
-    for (f, i), ts in read:
-        if not earliest <= ts.astimezone(UTC) <= latest:
+    for (f, i), ts, fold in read:
+        if not earliest <= ts <= latest:
             return None
         _, ks, starts, firsts = made[f]
         epoch = int(ts.timestamp())
-        ks[i] |= ts.fold
+        ks[i] |= fold
         starts[i], firsts[i] = epoch - epoch % seconds, epoch
     return [_placed(r, ks, starts, firsts, dating) for r, ks, starts, firsts in made]
 
@@ -368,48 +368,30 @@ class _Shifts:
         (`slot`: where place keeps it)."""
         self._minutes.append((line, slot, _wall(anchor, hour, minute, second)))
 
-    def read(self) -> list[tuple[tuple[int, int], datetime]] | None:
-        """(slot, its first line's time, in the zone and its pass: fold) of each
+    def read(self) -> list[tuple[tuple[int, int], datetime, int]] | None:
+        """(slot, its first line's time in UTC, the pass of its hour: fold) of each
         minute, in file order; None where a stamp would read otherwise."""
         items = sorted(
             [(line, 0, pos, t, (0, 0)) for line, pos, t in self._stamps]
             + [(line, 1, 0, t, slot) for line, slot, t in self._minutes],
             key=itemgetter(0, 1, 2),
         )
-        out: list[tuple[tuple[int, int], datetime]] = []
+        out: list[tuple[tuple[int, int], datetime, int]] = []
         latest: datetime | None = None
         for _, minute, _, t, slot in items:
             if minute:
-                got = _reading(t, latest)
-                out.append((slot, got))
-                t = got.astimezone(UTC)  # (times of one zone compare by their wall clocks)
+                got = read_pass(t, latest)  # (in UTC: the second pass where it differs)
+                out.append((slot, got, int(got != t.astimezone(UTC))))
+                t = got
             else:
                 local = t.astimezone(self._tz)
                 # (a stamp of a skipped or repeated hour: read with the minutes' first
                 # lines above it, as _in_utc would have)
                 shifted = latest is not None and _shifting(local)
-                # (in UTC: a time in an hour a shift repeats equals none of another
-                # zone, PEP 495)
-                if shifted and _reading(local.replace(fold=0), latest).astimezone(UTC) != t:
+                if shifted and read_pass(local.replace(fold=0), latest) != t:
                     return None
             latest = t if latest is None or t > latest else latest
         return out
-
-
-# events._FOLD_SKEW: how far back from the stamp above a time of an hour a shift
-# repeats may be before _in_utc reads it as its second pass.
-_SKEW = timedelta(seconds=60)
-
-
-def _reading(t: datetime, latest: datetime | None) -> datetime:
-    """Wall clock `t` (fold 0) as events._in_utc reads it after `latest`: its first
-    pass, or its second where the first would go back more than _SKEW from `latest`
-    and the second would not (the fold of the time it gives says which)."""
-    if latest is not None and t.astimezone(UTC) < latest - _SKEW:
-        second = t.replace(fold=1)
-        if second.astimezone(UTC) >= latest - _SKEW:
-            return second
-    return t
 
 
 def _wall(anchor: datetime, hour: int, minute: int, second: int) -> datetime:

@@ -259,16 +259,24 @@ def _in_utc(
     last: datetime | None = None
     for h, t in out:
         if t is not None and t.tzinfo is tz:
-            first = t.astimezone(UTC)
-            if last is not None and first < last - _FOLD_SKEW:
-                # (only then: the second reading costs as much as the first)
-                second = t.replace(fold=1).astimezone(UTC)
-                first = second if second >= last - _FOLD_SKEW else first
-            t = first
+            t = read_pass(t, last)
         if t is not None:
             last = t if last is None or t > last else last
         done.append((h, t))
     return done
+
+
+def read_pass(t: datetime, last: datetime | None) -> datetime:
+    """Wall clock `t` of a named zone (fold 0) in UTC, read after the latest stamp
+    `last` (_in_utc's rule; calm._Shifts reads calm minutes by it too): its first pass,
+    or, in an hour a shift repeats, its second where the first would go back more than
+    _FOLD_SKEW from `last` and the second would not."""
+    first = t.astimezone(UTC)
+    if last is not None and first < last - _FOLD_SKEW:
+        # (only then: the second reading costs as much as the first)
+        second = t.replace(fold=1).astimezone(UTC)
+        return second if second >= last - _FOLD_SKEW else first
+    return first
 
 
 def _has_own_year(h: Hit) -> bool:
