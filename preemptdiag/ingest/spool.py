@@ -17,14 +17,18 @@ written is read back, then the rest of the pipe: the same bytes, streamed once.
 
 from __future__ import annotations
 
+import io
 import os
+import select
 import signal
+import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Generator, Iterator
+from contextlib import closing, contextmanager, suppress
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
@@ -34,13 +38,13 @@ _PIECE = 1 << 20
 
 
 @contextmanager
-def spooled(src: Source, stdin: BinaryIO | None = None) -> Iterator[Source]:
+def spooled(src: Source) -> Iterator[Source]:
     """`src` read from a copy of itself on disk when it is stdin (see the module
     docstring); the copy is removed on leaving."""
     if src.path is not None:
         yield src
         return
-    pipe = sys.stdin.buffer if stdin is None else stdin
+    pipe = sys.stdin.buffer
     try:
         fd, name = tempfile.mkstemp(prefix="preemptdiag-stdin-", suffix=".log")
     except OSError:
@@ -68,7 +72,8 @@ def _copied(src: Source, pipe: BinaryIO, fd: int, path: Path) -> Source:
     """The Source read from `path` once stdin is all in it, or, when a write fails,
     the stream of what it holds, then what was not written, then the rest of stdin."""
     size = 0
-    with os.fdopen(fd, "wb", buffering=0) as out:
+    # (closed on the way out: stdin as it was, blocking)
+    with os.fdopen(fd, "wb", buffering=0) as out, closing(_pieces(pipe)) as pieces:
         piece = memoryview(src.stdin_head)
         while piece:
             try:
@@ -78,5 +83,38 @@ def _copied(src: Source, pipe: BinaryIO, fd: int, path: Path) -> Source:
                     piece = piece[n:]
             except OSError:
                 return replace(src, stdin_head=bytes(piece), stdin_part=path)
-            piece = memoryview(pipe.read(_PIECE))
+            piece = memoryview(next(pieces, b""))
     return replace(src, path=path, size=size, stdin_head=b"")
+
+
+# How long a wait for a pipe's next bytes may hold off a SIGTERM: one that arrives
+# just before a blocking read(2) runs its handler only once the read returns, which on
+# an idle pipe (`kubectl logs -f`) is never.
+_POLL_S = 0.5
+
+
+def _pieces(pipe: BinaryIO) -> Generator[bytes, None, None]:
+    """stdin's bytes, up to _PIECE at a time. From a pipe or socket, read without
+    blocking and waited for in select() a _POLL_S at most, so a signal's handler runs
+    within that (stdin made blocking again after); anything else, as it comes."""
+    try:
+        fd = pipe.fileno()
+        polled = stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        polled = False
+    if not polled:
+        yield from iter(partial(pipe.read, _PIECE), b"")
+        return
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while True:
+            data = pipe.read(_PIECE)  # (None: nothing yet; b"": its end)
+            if data is None:
+                select.select([fd], [], [], _POLL_S)
+            elif data:
+                yield data
+            else:
+                return
+    finally:
+        os.set_blocking(fd, blocking)

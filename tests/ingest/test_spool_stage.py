@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,23 @@ def test_a_sigterm_mid_run_removes_the_copy(tmp_path: Path) -> None:
     assert run.wait(timeout=60) == 128 + signal.SIGTERM
     run.stdin.close()
     assert list(folder.iterdir()) == []
+
+
+def test_a_pipe_is_read_whole_without_blocking_and_left_blocking() -> None:
+    # (spool._pieces: from a pipe, each wait a select() of _POLL_S at most, so a
+    # SIGTERM that comes just before it is handled; the pipe as it was after)
+    r, w = os.pipe()
+
+    def feed() -> None:
+        for k in range(0, len(LOG), 300_000):
+            os.write(w, LOG[k : k + 300_000])
+            time.sleep(0.05)
+        os.close(w)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    with open(r, "rb") as pipe:
+        assert os.get_blocking(r)
+        assert b"".join(spool._pieces(pipe)) == LOG
+        assert os.get_blocking(r)
+    writer.join()
