@@ -67,3 +67,18 @@ def test_process_prefix_and_ray_repeat():
     assert proc_before(text, 40) == "WorkerDict@10.0.4.250"
     assert repeat_count(text) == 2
     assert repeat_count("plain") == 1
+
+
+def test_sglangs_rank_under_a_wrapper_names_its_stream() -> None:
+    text = "[2025-03-04 10:00:05 DP1 TP3] Decode batch, #running-req: 4, "
+    for wrapper in ("2025-03-04T10:00:05.123456789Z ", "Mar  4 10:00:05 node7 sglang[88]: "):
+        line = normalise(wrapper + text)
+        assert (line.rank, line.text) == ("DP1 TP3", "Decode batch, #running-req: 4, ")
+        assert line.ts_kind in ("iso", "syslog")
+    # (a bracket with no rank: taken off all the same, as from a bare line)
+    line = normalise("2025-03-04T10:00:05Z [2025-03-04 10:00:05] Decode batch, x")
+    assert (line.rank, line.text, line.ts_wrapper) == (
+        None,
+        "Decode batch, x",
+        "2025-03-04T10:00:05Z",
+    )

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import random
+import re
 import sys
 from dataclasses import asdict, replace
 from dataclasses import fields as dataclass_fields
@@ -850,6 +851,54 @@ def test_a_window_outside_the_log_counts_every_line_and_its_span(tmp_path: Path)
     )
     merged = _run([p], True).events
     assert len(merged) < len(every) and max(e.ts for e in merged if e.ts) < last
+
+
+_OWN_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)| (\d\d-\d\d \d\d:\d\d:\d\d) ")
+
+
+def _kubectl_stamped(text: str, seed: int) -> str:
+    """`text` as `kubectl logs --timestamps` prints it: each line after its `[pod/...]`
+    prefix stamped with its own stamp's second (the year 2025, UTC; a line with none,
+    the last one's) and the nanosecond the wrapper read it, later in the second for
+    each line after it (a second's copies from several ranks each have their own)."""
+    rng, now, ns, out = random.Random(seed), datetime(2025, 1, 1), 0, []
+    for line in text.splitlines():
+        m = _OWN_STAMP.search(line)
+        if m is not None:
+            then = now
+            now = datetime.strptime(m[1] or f"2025-{m[2]}", "%Y-%m-%d %H:%M:%S")
+            ns = 0 if now != then else ns
+        pod = line[: line.index("] ") + 2] if line.startswith("[pod/") else ""
+        ns = rng.randrange(ns + 1, ns + 1 + (1_000_000_000 - ns) // 8)
+        out.append(f"{pod}{now:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z {line[len(pod) :]}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("engine", ["sglang", "v0"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_wrapper_stamps_each_ranks_copy_apart_and_it_counts_once(
+    tmp_path: Path, seed: int, engine: str
+) -> None:
+    # A wrapper stamps each line with the nanosecond it read it, so a second's copies
+    # from several ranks had stamps of their own: eight ranks' copies of a retraction
+    # were eight retractions. Copies are told by the second, and SGLang's rank is read
+    # from under the wrapper's stamp, as from a bare line (DP ranks retract apart).
+    plain = tmp_path / "plain.log"
+    plain.write_text(_preempting(seed, engine, back=0.0, split=0.0))
+    wrapped = tmp_path / "wrapped.log"
+    wrapped.write_text(_kubectl_stamped(plain.read_text(), seed))
+    for window in (60, 3600):
+        got = [
+            [
+                (e.preemptions, e.lines)
+                for e in _run([p], False, window_seconds=window).events
+                if e.kind is Kind.PREEMPTION
+            ]
+            for p in (plain, wrapped)
+        ]
+        assert sum(n for n, _ in got[1]) == sum(n for n, _ in got[0]) > 20
+        assert sum(k for _, k in got[1]) == sum(k for _, k in got[0])
+        _assert_same_report([wrapped], window_seconds=window)
 
 
 def test_data_parallel_ranks_retract_on_their_own(tmp_path: Path) -> None:

@@ -113,6 +113,16 @@ def normalise(raw: str) -> Line:
                         uptime = float(m2.group("up"))
                         s = s[m2.end() :]
                 break
+    if kind in ("iso", "syslog") and rank is None and s.startswith("["):
+        # SGLang's own stamp and rank under a wrapper's (`kubectl logs --timestamps`,
+        # journald): its rank names the process, as in a bare line, so ranks stay
+        # streams and a DP rank's retractions its own; the wrapper's stamp, which has
+        # the date and zone, times the line.
+        m = _BRACKET_FULL.match(s)
+        if m:
+            if m.group("rank"):
+                rank = sys.intern(m.group("rank").strip())
+            s = s[m.end() :]
     if s.startswith(">"):
         m = _QUOTE.match(s)
         if m:

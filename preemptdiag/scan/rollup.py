@@ -426,8 +426,10 @@ class PreemptionBuilder:
         self.n = 1
         self.preemptions = 0
         self.lower = False
-        # every stamp's records so far (the minute's lines of one space: a few dozen)
-        self.copies: dict[Instant, set[CopyKey]] = {instant: {copy_key(hit.fields)}}
+        # every second's records so far (the minute's lines of one space: a few dozen;
+        # by the second, as events._dedupe_ranks tells copies: a wrapper's stamp has
+        # each copy's own nanosecond)
+        self.copies: dict[int, set[CopyKey]] = {instant[0]: {copy_key(hit.fields)}}
         self.kept: list[Ref] = []  # the first members after the carrier
         self.last: Ref = hit
         self.latest: Ref = hit
@@ -454,13 +456,13 @@ class PreemptionBuilder:
         has it): a Deferred one costs a hit only if kept."""
         # (a copy too is the last line: the one an unstamped line after it is timed by)
         self.last, self.last_at = ref, instant
-        if instant >= self.latest_at:
-            self.latest, self.latest_at = ref, instant
-        records = self.copies.setdefault(instant, set())
+        records = self.copies.setdefault(instant[0], set())
         key = copy_key(f) if record is None else record
         if key in records:
-            return  # another rank's copy: counted once
+            return  # another rank's copy: counted once, its time none of the span's
         records.add(key)
+        if instant >= self.latest_at:
+            self.latest, self.latest_at = ref, instant
         self.n += 1
         cum, count = f.get("cumulative"), f.get("count")
         if isinstance(cum, int):
@@ -498,8 +500,8 @@ class PreemptionBuilder:
             waiting_pos=0,
             peak_kv=-1.0,
             peak_running=None,
-            first_copies=_several(self.copies[self.first]),
-            last_copies=_several(self.copies[self.last_at]),
+            first_copies=_several(self.copies[self.first[0]]),
+            last_copies=_several(self.copies[self.last_at[0]]),
             cumulative=self.counter,
             highest=self.highest,
         )
@@ -695,7 +697,13 @@ class RollupSink:
             self.began.add(key)
             self.edges[key] = (minute, instant, wrapper)
         edge = self.edges.get(key)
-        if edge is not None and edge[0] == minute and (edge[2] != wrapper or instant <= edge[1]):
+        # (by the second: copies are told by it, and a wrapper's stamp has each copy's
+        # own nanosecond)
+        if (
+            edge is not None
+            and edge[0] == minute
+            and (edge[2] != wrapper or instant[0] <= edge[1][0])
+        ):
             self.hits.append(hit)
             return
         self.went_to = self.opened[key] = PreemptionBuilder(

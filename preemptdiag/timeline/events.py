@@ -300,7 +300,9 @@ def _dedupe_ranks(
     pairs: list[tuple[Hit, datetime | None]], doubts: set[str]
 ) -> list[tuple[Hit, datetime | None]]:
     """The same record printed by several ranks/workers at the same second counts once
-    (records of one copy space: rollup.copy_space). Where the stamped records' times
+    (records of one copy space: rollup.copy_space): the second, not the instant, as
+    a wrapper stamps each copy with the nanosecond it read it (`kubectl logs
+    --timestamps`: eight ranks' copies of a retraction were eight). Where the stamped records' times
     never go back (the usual: _in_time_order), a record's copies are together, and
     only each space's current stamp's records are kept, not every record's (a
     thrashing server's 83,000 retractions held ~60 MiB of them).
@@ -311,7 +313,8 @@ def _dedupe_ranks(
     a line of its space inside its span, or times that go back (its middle stamps'
     records are gone)."""
     forward = all(a <= b for a, b in pairwise(t for _, t in pairs if t is not None))
-    # (forward) per space: the stamp seen last, its records, and the latest time seen
+    # (forward) per space: the stamp seen last, its second's records, and the latest
+    # time seen
     now: dict[tuple[object, ...], tuple[datetime | None, set[CopyKey], datetime]] = {}
     seen: set[tuple[object, ...]] = set()  # (not forward) every record
     unstamped: set[tuple[object, ...]] = set()
@@ -324,7 +327,7 @@ def _dedupe_ranks(
         if not forward or t is None:
             if r is not None:
                 doubts.add(_COPIES_ACROSS)
-            key = (space, t, copy_key(h.fields))
+            key = (space, _second(t), copy_key(h.fields))
             keys = unstamped if t is None else seen
             if key in keys:
                 continue
@@ -338,7 +341,7 @@ def _dedupe_ranks(
             # would sit among the rollup's members, whose records are gone.
             if t < latest or (t == latest and state[0] != t):
                 doubts.add(_COPIES_ACROSS)
-            if state[0] != t:
+            if _second(state[0]) != _second(t):
                 records = set()
         if r is None:
             record = copy_key(h.fields)
@@ -355,7 +358,7 @@ def _dedupe_ranks(
             doubts.add(_COPIES_ACROSS)
         records.update(first)
         end = member_time(r.last, h, t) or t
-        if end != t:
+        if _second(end) != _second(t):
             records = set(r.stats.last_copies or (copy_key(r.last.fields),))
         ends = (end, member_time(r.peak_first, h, t) or t)
         now[space] = (end, records, max(latest, *ends))
@@ -364,6 +367,11 @@ def _dedupe_ranks(
 
 
 _COPIES_ACROSS = "preemption lines merged a minute at a time cannot show their copies here"
+
+
+def _second(t: datetime | None) -> datetime | None:
+    """The second a copy of a record is told by (_dedupe_ranks)."""
+    return t if t is None or not t.microsecond else t.replace(microsecond=0)
 
 
 def build_events(
@@ -634,11 +642,14 @@ def version_at_least(info: EngineInfo, *want: int) -> bool | None:
 
 
 def rollup_ends(events: Iterable[Event]) -> Iterator[Event]:
-    """The lines that end the rollups among `events` in time: the last (stats lines
-    and V0 warnings only go forward) and the latest (a rank's copy may come late)."""
+    """The lines that end the rollups among `events` in time: a stats rollup's last
+    (its lines only go forward) and peak, a preemption rollup's latest record (a
+    rank's copy may come late; its last line may be a copy, which line by line is no
+    event: a wrapper stamps each copy with a nanosecond of its own)."""
     for e in events:
         if e.rollup is not None:
-            yield e.rollup.last
+            if e.kind is not Kind.PREEMPTION:
+                yield e.rollup.last
             yield e.rollup.peak_first
 
 
