@@ -68,6 +68,9 @@ PROFILES = (
     # plain lane reads them)
     "sglang-thrash",
     "sglang-thrash-ranks",
+    # every line stamped by `kubectl logs --timestamps` (session 35: the plain lane
+    # reads them, timed by that stamp)
+    "vllm-stats-kubectl",
 )
 SIZES = (20_000, 60_000, 150_000)
 BLOCKS = (4096, 16384, 65536)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_bulk import V1, _stats_log
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
+from test_rollup import _kubectl_stamped
 
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
@@ -105,6 +106,7 @@ def test_samples_and_corpus_through_the_lane_match_line_by_line(
         "vllm-stats",
         "vllm-stats-busy",
         "vllm-v0-stats",
+        "vllm-stats-kubectl",
         "vllm-requests",
         "sglang-dense",
         "sglang-thrash",
@@ -121,9 +123,9 @@ def test_generated_logs_through_the_lane_match_line_by_line(
     # (preemption lines merged too where there are many: as analyze scans them)
     rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
     _, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
-    if profile in ("vllm-stats", "vllm-stats-busy", "vllm-v0-stats"):
-        # a server's stats lines, quiet or queueing, V1's or V0's: nearly every block is
-        # the lane's
+    if profile in ("vllm-stats", "vllm-stats-busy", "vllm-v0-stats", "vllm-stats-kubectl"):
+        # a server's stats lines, quiet or queueing, V1's or V0's, or stamped by
+        # `kubectl logs --timestamps`: nearly every block is the lane's
         assert sum(taken) >= len(taken) - 2 and len(taken) > 8
     if profile.startswith("sglang"):
         # batch lines with retraction lines among them, now and then or from every
@@ -438,17 +440,122 @@ def test_stats_lines_whose_clocks_jump_about_roll_up_as_line_by_line(
     lines: list[str] = []
     for pid, delta, pre, kv in steps:
         t = start + timedelta(seconds=30) if delta is None else t + timedelta(seconds=delta)
-        preempt = f"Preemptions: {pre}, " if pre else ""
-        lines.append(
-            f"(APIServer pid={pid}) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 00{pid}: "
-            f"Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 5.0 tokens/s, "
-            f"Running: {len(lines) % 7} reqs, Waiting: {pre} reqs, {preempt}GPU KV cache "
-            f"usage: {kv}%, Prefix cache hit rate: 12.0%"
-        )
+        lines.append(_engine_line(pid, t, len(lines) % 7, pre, kv))
+    _assert_lines_exact(lines, block)
+
+
+def _engine_line(pid: int, t: datetime, running: int, preempted: int, kv: float) -> str:
+    """A V1 stats line of engine `pid` at `t`, as many waiting as were `preempted`."""
+    preempt = f"Preemptions: {preempted}, " if preempted else ""
+    return (
+        f"(APIServer pid={pid}) INFO {t:%m-%d %H:%M:%S} [loggers.py:236] Engine 00{pid}: "
+        f"Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 5.0 tokens/s, "
+        f"Running: {running} reqs, Waiting: {preempted} reqs, {preempt}GPU KV cache "
+        f"usage: {kv}%, Prefix cache hit rate: 12.0%"
+    )
+
+
+def _assert_lines_exact(lines: list[str], block: int) -> None:
+    """_assert_lane_exact of a log of these lines (in a hypothesis test: no fixture)."""
     with pytest.MonkeyPatch.context() as monkeypatch, tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "jumps.log"
+        path = Path(tmp) / "lines.log"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         _assert_lane_exact(path, monkeypatch, block=block)
+
+
+# How `kubectl logs --timestamps`, `docker logs -t` and a CRI log file stamp a line, and
+# stamps no lane reads as one (they go line by line): none with a `T`, a zone the
+# lane does not read, a time or zone that is none.
+_WRAPS = (
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}".rstrip("0").rstrip(".") + "Z",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S},{ns // 1000:06d}+05:30",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z stdout F",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}-03:00  stderr P",
+)
+_ODD_WRAPS = (
+    lambda t, ns: f"{t:%Y-%m-%d %H:%M:%S}.{ns:09d}Z",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}+0100",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}",
+    lambda t, ns: f"{t:%Y-%m-%dT}25:{t:%M:%S}Z",
+    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}+24:00",
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1, 1, 2]),  # the engine
+            st.sampled_from([0, 1, 10, 10, 10, 59, 60, -1, -3600, 86_400]),  # seconds on
+            st.integers(0, 999_999_999),  # the wrapper's nanoseconds
+            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5]),  # its shape, or odd (5)
+            st.sampled_from([10.0, 55.5, 99.9]),  # KV usage
+        ),
+        min_size=1,
+        max_size=150,
+    ),
+    st.sampled_from([2048, 4096, 1 << 16]),
+    st.randoms(use_true_random=False),
+)
+def test_stats_lines_a_wrapper_stamped_roll_up_as_line_by_line(
+    steps: list[tuple[int, int, int, int, float]], block: int, rng: random.Random
+) -> None:
+    # The stamp `kubectl logs --timestamps` puts before each line times it (rollup's
+    # minute holds its zone, its seconds its fraction): seconds that go back inside a
+    # second, zones, fractions of any length or none, a CRI file's `stdout F`, and
+    # stamps the lane leaves to line by line, at block sizes that cut minutes anywhere.
+    t = datetime(2025, 12, 31, 23, 50, 0)
+    lines: list[str] = []
+    for pid, delta, ns, shape, kv in steps:
+        t += timedelta(seconds=delta)
+        wrap = _WRAPS[shape] if shape < len(_WRAPS) else rng.choice(_ODD_WRAPS)
+        lines.append(f"{wrap(t, ns)} {_engine_line(pid, t, len(lines) % 7, 0, kv)}")
+    _assert_lines_exact(lines, block)
+
+
+@pytest.mark.parametrize("profile", ["sglang-dense", "sglang-thrash-ranks", "vllm-v0-stats"])
+@pytest.mark.parametrize("block", [4096, 1 << 16])
+def test_generated_logs_a_wrapper_stamped_through_the_lane_match_line_by_line(
+    profile: str, block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SGLang's batch and retraction lines (eight ranks' copies of each) and V0's stats
+    # lines, each stamped by `kubectl logs --timestamps`: read by the plain lane, timed
+    # by that stamp, SGLang's rank read from under it.
+    plain = tmp_path / "plain.log"
+    with plain.open("wb") as f:
+        _bench_generator().PROFILES[profile](f, 600_000, 3)
+    path = tmp_path / f"{profile}.log"
+    path.write_text(_kubectl_stamped(plain.read_text(encoding="utf-8"), 3), encoding="utf-8")
+    rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
+    on, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
+    assert sum(taken) >= len(taken) - 2 and len(taken) > 8
+    assert all(h.ts_wrapper is not None and h.ts_wrapper.kind == "iso" for h in on.hits)
+    if profile.startswith("sglang"):
+        assert {h.proc for h in on.hits} >= {"TP0"}
+
+
+def test_a_block_of_kubectl_stamped_stats_lines_goes_the_plain_lanes_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every line with the wrapper's stamp, in UTC with nanoseconds: the plain lane
+    # reads the block, and its hits are stamped and timed as line by line.
+    start = datetime(2026, 3, 1, 23, 55)
+    lines = [
+        f"{start + timedelta(seconds=10 * i, microseconds=3001):%Y-%m-%dT%H:%M:%S.%f}123Z "
+        + V1.format(m=(55 + i // 6) % 60, s=10 * (i % 6), p=100 + i, r=3)
+        for i in range(120)
+    ]
+    path = tmp_path / "kubectl.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    on, taken = _assert_lane_exact(path, monkeypatch)
+    assert taken == [True]
+    first = on.hits[0]
+    assert first.ts_wrapper is not None and first.ts_wrapper.kind == "iso"
+    assert first.ts_wrapper.text == "2026-03-01T23:55:00.003001123Z"
+    assert first.text.startswith("(APIServer pid=1) INFO ")
+    # a rollup a minute, the wrapper's (23:55 to 00:14: the date turns at 00:00)
+    assert [h.line for h in on.hits] == list(range(1, 121, 6))
 
 
 _PREFILL = (

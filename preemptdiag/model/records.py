@@ -156,9 +156,9 @@ CALM_AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "
 CALM_MEANS = ("kv_usage", "running", "prompt_tput", "gen_tput")
 CALM_COLUMNS = (
     "first_line",
-    "first_second",
+    "first_us",  # (a line's microseconds into its minute: a wrapper's stamp has them)
     "last_line",
-    "last_second",
+    "last_us",
     "last_pos",
     "day",  # the clock's day as its stamps print it: `MM-DD` (vLLM), `YYYY-MM-DD`
     "hour",
@@ -179,7 +179,7 @@ CALM_COLUMNS = (
     "peak_line",
     "peak_pos",
     "peak_text",
-    "peak_second",
+    "peak_us",
     "peak_proc",
 )
 
@@ -695,6 +695,9 @@ class CalmRows:
     fields: tuple[str, ...]
     sglang: bool  # stamped by SGLang's wrapper stamp, not vLLM's engine stamp
     frame: Columns | None  # (None in what a calm window keeps of it)
+    # The zone of the RFC 3339 stamp a wrapper put on each line (`kubectl logs
+    # --timestamps`: `Z`), which times the minutes; None where they are the engine's.
+    zone: str | None = None
 
     @property
     def height(self) -> int:

@@ -244,6 +244,7 @@ class _Rows:
     ts: list[str | None]  # the engine stamp (vLLM's head)
     wrapper: list[str] | None  # the wrapper stamps (SGLang's head), one a line
     typed: dict[str, list[Any]]  # field -> values, in signature order
+    wrapper_kind: str = "sql"  # how they read (WrapperStamp.kind): `iso`, kubectl's
 
 
 @dataclass(slots=True)
@@ -683,7 +684,7 @@ def _fields(r: _Rows, i: int) -> dict[str, FieldValue]:
 
 
 def _wrapper(r: _Rows, i: int) -> WrapperStamp | None:
-    return None if r.wrapper is None else WrapperStamp("sql", r.wrapper[i])
+    return None if r.wrapper is None else WrapperStamp(r.wrapper_kind, r.wrapper[i])
 
 
 def _hit(
@@ -911,6 +912,7 @@ def _record(r: _Rows, i: int) -> _Record:
         last is not None
         and last.text == text
         and last.wrapper_text == stamp_text
+        and (last.wrapper is None or last.wrapper.kind == r.wrapper_kind)
         and last.ts == ts
         and last.sig is r.sig
     ):
@@ -1112,24 +1114,29 @@ def calm_of(
 # stamp, `YYYY-MM-DD` of a wrapper's), hour, minute and zone.
 _MINUTE = re.compile(
     r"(?:(?P<year>\d{4})-)?(?P<month>\d{2})-(?P<day>\d{2})[ T]"
-    r"(?P<hour>\d{2}):(?P<minute>\d{2})(?P<zone>\D*)"
+    r"(?P<hour>\d{2}):(?P<minute>\d{2})"
+    r"(?P<zone>Z|(?P<sign>[+-])(?P<zh>\d{2}):?(?P<zm>\d{2}))?"
 )
 
 
 def window_of(minute: str | None, every: int, shift: int) -> str | int | None:
     """Which window of `every` minutes the clock minute `minute` (rollup.stamp's) is
     in, as a key: windows start at multiples of their length in UTC, on the clock
-    `shift` minutes behind the stamp's (for a zone that many minutes ahead of UTC).
-    Its day counts from its date (a year-less one's in a leap year: a window across
-    a new year has a key each side). A key is only ever compared with the others of
-    its log: two for one window make its minutes clash, and analyze scan again
-    without calm minutes; exact either way."""
+    `shift` minutes behind the stamp's (for a zone that many minutes ahead of UTC),
+    or its own zone's where it has one (a wrapper's). Its day counts from its date (a
+    year-less one's in a leap year: a window across a new year has a key each side).
+    A key is only ever compared with the others of its log: two for one window make
+    its minutes clash, and analyze scan again without calm minutes; exact either way."""
     m = _MINUTE.fullmatch(minute) if minute else None
     day = _day_number(m["year"], m["month"], m["day"]) if m else None
     if m is None or day is None:
         return minute
-    at = day * 1440 + int(m["hour"]) * 60 + int(m["minute"]) - (0 if m["zone"] else shift)
-    return at // every if not m["zone"] else f"{at // every}{m['zone']}"
+    if m["sign"]:
+        ahead = int(m["zh"]) * 60 + int(m["zm"])
+        shift = ahead if m["sign"] == "+" else -ahead
+    elif m["zone"]:
+        shift = 0  # (`Z`)
+    return (day * 1440 + int(m["hour"]) * 60 + int(m["minute"]) - shift) // every
 
 
 @lru_cache(maxsize=64)
@@ -1180,9 +1187,9 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
     )
     columns: dict[str, pl.Series] = {
         "first_line": take(r.lineno, first, pl.Int64),
-        "first_second": _two_digits(stamp_first, at + 6),
+        "first_us": _two_digits(stamp_first, at + 6) * _US,
         "last_line": take(r.lineno, last, pl.Int64),
-        "last_second": _two_digits(take(stamps, last, pl.Utf8), at + 6),
+        "last_us": _two_digits(take(stamps, last, pl.Utf8), at + 6) * _US,
         "last_pos": take(r.start, last, pl.Int64),
         "day": stamp_first.str.slice(0, at - 1),
         "hour": _two_digits(stamp_first, at),
@@ -1201,7 +1208,7 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
         "peak_line": take(r.lineno, peak, pl.Int64),
         "peak_pos": take(r.start, peak, pl.Int64),
         "peak_text": take(r.texts, peak, pl.Utf8),
-        "peak_second": _two_digits(stamp_peak, at + 6),
+        "peak_us": _two_digits(stamp_peak, at + 6) * _US,
         "peak_proc": take(r.proc, peak, pl.Utf8),
     }
     sig = r.sig
@@ -1214,10 +1221,13 @@ def _calm_set(source: str, r: _Rows, part: pl.DataFrame) -> CalmRows:
     return calm_rows(source, sig, sglang, plain_columns(frame))
 
 
-def calm_rows(source: str, sig: Signature, sglang: bool, frame: Columns) -> CalmRows:
+def calm_rows(
+    source: str, sig: Signature, sglang: bool, frame: Columns, zone: str | None = None
+) -> CalmRows:
     """A block's calm minutes of `sig` (frame: CALM_COLUMNS, then f_ and each field),
     their peak lines' texts packed (records.Packed: a month's are ~10 MB as texts,
-    ~1 MB packed, held by the report and sent by a --jobs worker so)."""
+    ~1 MB packed, held by the report and sent by a --jobs worker so); `zone`:
+    CalmRows.zone."""
     return CalmRows(
         source,
         sig.id,
@@ -1227,6 +1237,7 @@ def calm_rows(source: str, sig: Signature, sglang: bool, frame: Columns) -> Calm
         tuple(sig.fields),
         sglang,
         _packed(frame),
+        zone,
     )
 
 
@@ -1269,6 +1280,9 @@ def plain_columns(frame: pl.DataFrame) -> Columns:
         )
         data.append(column_of(col.to_list(), code))
     return Columns(tuple(frame.columns), tuple(data))
+
+
+_US = 1_000_000  # (CalmRows' seconds are microseconds into the minute)
 
 
 def _two_digits(text: pl.Series, start: int) -> pl.Series:

@@ -26,7 +26,13 @@ scan's; a V0 line's reasons are a V1 line's: normalise leaves it as it is, its s
 and no process name are the head's) and its odd lines odd to it, and gives what the
 line-by-line scan gives:
 
-- Each line is a head followed by a plain match, or any other line. vLLM's: its head
+- Each line is a head followed by a plain match, or any other line. The head may come
+  after a wrapper's RFC 3339 stamp (_WRAP: `kubectl logs --timestamps`, `docker logs
+  -t`, a CRI log file), which normalise takes off, and SGLang's bracket after it
+  (lines.normalise); the stamp is then the hit's wrapper stamp and times the line
+  (rollup.stamp_of's minute holds its zone, its seconds the fraction; one zone a
+  block). The polars lane reads no such line; once the stamp is off, its argument
+  holds for them as for bare lines. vLLM's: its head
   at INFO (bulk._HEAD's groups, or V0's `INFO MM-DD HH:MM:SS metrics.py:396] ` with no
   process name) and one match of the V1 or V0 stats pattern that runs to the line's
   end (one signature a block: a mix goes line by line). (V0's lines are the polars
@@ -128,16 +134,30 @@ SGLANG_SIGS = ("sglang.stats.decode", "sglang.stats.prefill")
 # in their place, as its hits would be (RollupSink.add_preemption: a minute's are one
 # rollup), with no hit made unless a rollup keeps the line.
 SGLANG_PREEMPTION_SIGS = ("sglang.retract",)
+# (sglang, wrapped, ids): vLLM's lines also with the stamp `kubectl logs --timestamps`
+# or `docker logs -t` puts in front of each (_WRAP), which times them.
 _GROUPS = (
-    (False, ("vllm.v1.stats",)),
-    (False, ("vllm.v0.stats",)),
-    (True, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
+    (False, False, ("vllm.v1.stats",)),
+    (False, False, ("vllm.v0.stats",)),
+    (True, False, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
+    (False, True, ("vllm.v1.stats",)),
+    (False, True, ("vllm.v0.stats",)),
+    (True, True, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
 )
 # bulk._HEAD at INFO (a stats line's level), with the line captured whole, its process
 # and the `[` before the file optional: V0's is `INFO MM-DD HH:MM:SS metrics.py:396] `.
 _HEAD = (
     r"(?:\((?P<lane_proc>[^()\n]{1,80}?) pid=\d+\) )?INFO "
     r"(?P<lane_ts>\d\d-\d\d \d\d:\d\d:\d\d) \[?[\w.]+:\d+\] "
+)
+# The wrapper stamp of a vLLM line as lines.normalise takes it off (its _RFC3339): the
+# RFC 3339 stamp of `kubectl logs --timestamps` and `docker logs -t` (UTC, `Z`, with
+# nanoseconds) or of a CRI log file (`stdout F` after it), here with a `T`, seconds and
+# a zone of `Z` or `+HH:MM` (rollup.stamp_of's minute then holds the zone: one a block,
+# _Block.of). Any other goes the other ways.
+_WRAP = (
+    r"(?P<lane_pre>(?P<lane_wrap>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2}))(?: +(?:stdout|stderr) +[FP])? +)"
 )
 # SGLang's head as lines.normalise takes it off (lane._SG_HEAD: no fraction in the
 # stamp, one space after it), its rank in lane_proc.
@@ -170,23 +190,35 @@ class _Shape:
     before a whole record of one signature's plain shape (signatures.py: `pattern`
     matches it once there, with the same fields), its groups named `s{j}_` each."""
 
-    def __init__(self, sigs: tuple[Signature, ...], bodies: tuple[str, ...], sglang: bool) -> None:
-        self.sigs, self.sglang = sigs, sglang
+    def __init__(
+        self,
+        sigs: tuple[Signature, ...],
+        bodies: tuple[str, ...],
+        sglang: bool,
+        wrapped: bool = False,
+    ) -> None:
+        self.sigs, self.sglang, self.wrapped = sigs, sglang, wrapped
         if sglang:
             alts = "|".join(
                 f"(?P<lane_m{j}>{_GROUP.sub(partial(_renamed, j), body)})"
                 for j, body in enumerate(bodies)
             )
             line = rf"(?P<lane_line>{_SG_HEAD}(?P<lane_rec>{alts}))$"
+            if wrapped:
+                line = _WRAP + line
         else:
             (body,) = bodies
             line = rf"(?P<lane_line>{_HEAD}(?P<lane_m0>{body}))(?P<lane_tail>[^\n]*)"
+            if wrapped:
+                line = _WRAP + line
         self.regex = re.compile(rf"^(?:{line}|(?P<lane_other>[^\n]*))", re.M)
         at = {name: k - 1 for name, k in self.regex.groupindex.items()}
         self.line, self.other, self.proc, self.ts = (
             at[f"lane_{k}"] for k in ("line", "other", "proc", "ts")
         )
         self.tail = at.get("lane_tail")
+        # (a wrapped line's wrapper stamp, and it with the spaces after it)
+        self.wrap, self.wrap_pre = at.get("lane_wrap"), at.get("lane_pre")
         self.rec = at.get("lane_rec", self.line)  # (the record: vLLM's is the line)
         self.m = [at[f"lane_m{j}"] for j in range(len(sigs))]
         name = "s{j}_{f}" if sglang else "{f}"
@@ -200,23 +232,23 @@ class _Shape:
         # found, by its stats lines)
         self.literals = tuple(sig.prefilter[0] for sig in sigs if sig.kind is Kind.STATS)
         # (where the hour is in a stamp; how much of a minute names its clock)
-        self.at, self.clock = (11, 10) if sglang else (6, 5)
+        self.at, self.clock = (11, 10) if sglang or wrapped else (6, 5)
 
 
 # By the signatures' ids (a Signature holds dicts: no hash); the signatures are kept
 # beside it, so their ids are not reused.
-_SHAPES: dict[tuple[int, ...], tuple[tuple[Signature, ...], _Shape | None]] = {}
+_SHAPES: dict[tuple[object, ...], tuple[tuple[Signature, ...], _Shape | None]] = {}
 
 
-def _shape(sigs: tuple[Signature, ...], sglang: bool) -> _Shape | None:
-    key = tuple(map(id, sigs))
+def _shape(sigs: tuple[Signature, ...], sglang: bool, wrapped: bool) -> _Shape | None:
+    key = (*map(id, sigs), wrapped)
     got = _SHAPES.get(key)
     if got is None:
-        got = _SHAPES[key] = (sigs, _made(sigs, sglang))
+        got = _SHAPES[key] = (sigs, _made(sigs, sglang, wrapped))
     return got[1]
 
 
-def _made(sigs: tuple[Signature, ...], sglang: bool) -> _Shape | None:
+def _made(sigs: tuple[Signature, ...], sglang: bool, wrapped: bool) -> _Shape | None:
     # (its ASCII spelling: the same matches on ASCII text, and `re` reads it as
     # `regex` does; not rust_ok, which would import polars)
     bodies = []
@@ -232,7 +264,7 @@ def _made(sigs: tuple[Signature, ...], sglang: bool) -> _Shape | None:
             return None
         bodies.append(body)
     try:
-        return _Shape(sigs, tuple(bodies), sglang)
+        return _Shape(sigs, tuple(bodies), sglang, wrapped)
     except re.error:
         return None
 
@@ -251,8 +283,8 @@ def _shapes(matcher: Matcher) -> tuple[_Shape, ...]:
     if got is None:
         by_id = {s.id: s for s in matcher.sigs if s.builtin}
         made = (
-            _shape(tuple(by_id[i] for i in ids if i in by_id), sglang)
-            for sglang, ids in _GROUPS
+            _shape(tuple(by_id[i] for i in ids if i in by_id), sglang, wrapped)
+            for sglang, wrapped, ids in _GROUPS
             if any(i in by_id for i in ids)
         )
         got = _PLAIN[matcher] = tuple(s for s in made if s is not None)
@@ -325,7 +357,8 @@ def take(
     preempting: list[_Block] = []
     for j, rows, index in sets:
         block = _Block.of(shape, j, rows, index, first_line)
-        if block is None or not _alone(matcher, block, text if index is None else None):
+        whole = text if index is None and not shape.wrapped else None
+        if block is None or not _alone(matcher, block, whole):
             return None
         if block.rows.sig.kind is Kind.PREEMPTION:
             block.lines = []
@@ -400,8 +433,13 @@ def _lines(
     if len(cands) > MAX_ODD:
         return None
     starts = [0]
+    pre = shape.wrap_pre
     for g in got:
-        starts.append(starts[-1] + 1 + len(g[other] if g[line] is None else g[line]))
+        if g[line] is None:
+            size = len(g[other])
+        else:
+            size = len(g[line]) + (0 if pre is None else len(g[pre]))
+        starts.append(starts[-1] + 1 + size)
     return shape, sets, [(k, starts[k], got[k][other]) for k in cands]
 
 
@@ -509,6 +547,7 @@ class _Block:
         "shape",
         "streams",
         "tag",
+        "zone",
     )
 
     def __init__(
@@ -532,6 +571,7 @@ class _Block:
         self.floats: list[list[float | None] | None] = []
         self.npre: list[int] | None = None  # None: no line carries a count
         self.lower: list[bool] | None = None
+        self.zone: str | None = None  # its wrapper stamps' zone (CalmRows.zone)
 
     def place(self, i: int) -> int:
         """Where line i is among the block's lines."""
@@ -583,11 +623,26 @@ class _Block:
             conv[None] = None
             typed[name] = list(map(conv.__getitem__, raw))
         ts: list[str] = list(cols[shape.ts])  # (a plain line's stamp: never None)
-        cut = shape.at + 5  # `MM-DD HH:MM` / `YYYY-MM-DD HH:MM`
-        minutes = [t[:cut] for t in ts]
-        secs = [t[cut + 1 :] for t in ts]
-        if not _real(minutes, secs, shape.sglang):
-            return None
+        zone: str | None = None
+        if shape.wrap is not None:
+            # (timed by the wrapper's stamp: rollup.stamp_of's minute, its zone after
+            # it, and seconds, `,` read as `.`)
+            stamps: list[str] = list(cols[shape.wrap])
+            zone = _zone(stamps)
+            if zone is None:
+                return None
+            minutes = [t[:16] + zone for t in stamps]
+            secs = [t[17 : -len(zone)] for t in stamps]
+            if any("," in t for t in secs):
+                secs = [t.replace(",", ".") for t in secs]
+            if not _real_wrapped(minutes, secs, zone):
+                return None
+        else:
+            cut = shape.at + 5  # `MM-DD HH:MM` / `YYYY-MM-DD HH:MM`
+            minutes = [t[:cut] for t in ts]
+            secs = [t[cut + 1 :] for t in ts]
+            if not _real(minutes, secs, shape.sglang):
+                return None
         lines: list[str] = list(cols[shape.line])
         texts: list[str] = lines if shape.rec == shape.line else list(cols[shape.rec])
         pre = shape.pre[j]
@@ -609,10 +664,12 @@ class _Block:
             start=start,
             proc=proc,
             ts=[None] * n if shape.sglang else ts,  # type: ignore[arg-type]
-            wrapper=ts if shape.sglang else None,
+            wrapper=stamps if zone is not None else ts if shape.sglang else None,
             typed=typed,
+            wrapper_kind="iso" if zone is not None else "sql",
         )
         block = cls(shape, j, rows, lines, index, minutes, secs)
+        block.zone = zone
         if sig.kind is Kind.STATS:  # (a retraction's lines are not aggregated)
             block._derive(holes)
         return block
@@ -728,6 +785,22 @@ def _real(minutes: list[str], secs: list[str], sglang: bool) -> bool:
         if stamp_of(wrapper, None if sglang else f"{hour}:00:00")[1] is None:
             return False
     return max(secs) <= "59" and max(m[at + 3 :] for m in distinct) <= "59"
+
+
+def _zone(stamps: list[str]) -> str | None:
+    """The zone every wrapper stamp (_WRAP's) ends in, None where they have two."""
+    zone = "Z" if stamps[0].endswith("Z") else stamps[0][-6:]
+    return zone if all(t.endswith(zone) for t in stamps) else None
+
+
+def _real_wrapped(minutes: list[str], secs: list[str], zone: str) -> bool:
+    """_real of wrapper stamps (`YYYY-MM-DDTHH:MM` and their zone, `SS.fff`): each
+    hour's a real time in that zone (rollup.stamp_of: timeparse.parse_iso), then
+    minutes and seconds up to 59."""
+    for hour in {m[:13] for m in minutes}:
+        if stamp_of(WrapperStamp("iso", f"{hour}:00:00{zone}"), None)[1] is None:
+            return False
+    return max(t[:2] for t in secs) <= "59" and max(m[14:16] for m in set(minutes)) <= "59"
 
 
 def _one_each(values: list[str | None]) -> list[str | None]:
@@ -1196,6 +1269,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     peak = [agg.members[j][agg.peak_at[j]] for j in chosen]
     ts: list[str] = r.ts if r.wrapper is None else r.wrapper  # type: ignore[assignment]
     at = block.shape.at  # (where the hour is in a stamp)
+    us = partial(_micros, at + 6) if block.zone is None else partial(_micros_wrapped, block.zone)
 
     def take(values: Sequence[Any], which: list[int]) -> list[Any]:
         return [values[i] for i in which]
@@ -1210,9 +1284,9 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     swapped, waiting = r.typed.get("swapped"), r.typed.get("waiting")
     cols: dict[str, tuple[str, list[Any]]] = {
         "first_line": ("q", take(r.lineno, first)),
-        "first_second": ("q", [int(t[at + 6 : at + 8]) for t in stamp_first]),
+        "first_us": ("q", us(stamp_first)),
         "last_line": ("q", take(r.lineno, last)),
-        "last_second": ("q", [int(t[at + 6 : at + 8]) for t in take(ts, last)]),
+        "last_us": ("q", us(take(ts, last))),
         "last_pos": ("q", _starts_at(r.start, last)),
         "day": ("s", [t[: at - 1] for t in stamp_first]),
         "hour": ("q", [int(t[at : at + 2]) for t in stamp_first]),
@@ -1228,7 +1302,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "peak_line": ("q", take(r.lineno, peak)),
         "peak_pos": ("q", _starts_at(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),
-        "peak_second": ("q", [int(t[at + 6 : at + 8]) for t in stamp_peak]),
+        "peak_us": ("q", us(stamp_peak)),
         "peak_proc": ("s", take(r.proc, peak)),
     }
     for k, name in enumerate(AGG_FIELDS):
@@ -1241,7 +1315,27 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     names = (*CALM_COLUMNS, *(f"f_{n}" for n in sig.fields))
     data = [_column(*cols[c]) for c in CALM_COLUMNS]
     data += [_column(_KIND.get(sig.fields[n], ""), take(r.typed[n], peak)) for n in sig.fields]
-    return lane.calm_rows(source, sig, r.wrapper is not None, Columns(names, tuple(data)))
+    frame = Columns(names, tuple(data))
+    return lane.calm_rows(source, sig, block.shape.sglang, frame, block.zone)
+
+
+_US = 1_000_000
+
+
+def _micros(at: int, stamps: list[str]) -> list[int]:
+    """Each engine stamp's (or SGLang's) microseconds into its minute: its seconds
+    (two digits at `at`)."""
+    return [int(t[at : at + 2]) * _US for t in stamps]
+
+
+def _micros_wrapped(zone: str, stamps: list[str]) -> list[int]:
+    """Each wrapper stamp's (_WRAP's, in `zone`) microseconds into its minute, as
+    timeparse.parse_iso reads its fraction: its first six digits."""
+    end = -len(zone)
+    return [
+        int(t[17:19]) * _US + (int((t[20:end] + "00000")[:6]) if len(t) > 19 - end else 0)
+        for t in stamps
+    ]
 
 
 _KIND = {

@@ -68,6 +68,7 @@ from preemptdiag.model.records import (
     micros,
     narrow,
 )
+from preemptdiag.model.timeparse import parse_iso
 from preemptdiag.scan.matcher import MAX_EVIDENCE_CHARS, cut
 from preemptdiag.scan.rollup import AGG_FIELDS, number, snap6, stamp
 from preemptdiag.timeline.events import read_pass, stamp_event
@@ -78,13 +79,13 @@ _KV, _RUNNING, _WAITING, _PROMPT, _GEN, _SWAPPED = (
 )
 # Where CalmRows.frame's columns are in a row of it (the peak line's fields follow).
 _AT = {name: i for i, name in enumerate(CALM_COLUMNS)}
-_FIRST_LINE, _FIRST_SECOND, _LAST_LINE, _LAST_SECOND, _LAST_POS, _DAY, _HOUR, _MINUTE, _N = (
+_FIRST_LINE, _FIRST_US, _LAST_LINE, _LAST_US, _LAST_POS, _DAY, _HOUR, _MINUTE, _N = (
     _AT[c]
     for c in (
         "first_line",
-        "first_second",
+        "first_us",
         "last_line",
-        "last_second",
+        "last_us",
         "last_pos",
         "day",
         "hour",
@@ -99,8 +100,8 @@ _PEAK_KV, _PEAK_RUNNING, _SWAPPED_FIRST, _SWAPPED_LAST = (
 _WAITING_FIRST, _WAITING_LAST, _WAITING_POS = (
     _AT[c] for c in ("waiting_first", "waiting_last", "waiting_pos")
 )
-_PEAK_LINE, _PEAK_POS, _PEAK_TEXT, _PEAK_SECOND, _PEAK_PROC = (
-    _AT[c] for c in ("peak_line", "peak_pos", "peak_text", "peak_second", "peak_proc")
+_PEAK_LINE, _PEAK_POS, _PEAK_TEXT, _PEAK_US, _PEAK_PROC = (
+    _AT[c] for c in ("peak_line", "peak_pos", "peak_text", "peak_us", "peak_proc")
 )
 _DAY, _HOUR, _MINUTE = (_AT[c] for c in ("day", "hour", "minute"))
 _FIELDS = len(CALM_COLUMNS)
@@ -186,7 +187,9 @@ def place(
 ) -> list[Placed] | None:
     """The calm minutes of one file on the timeline, a frame at a time (see the module
     docstring); `hits`: the file's hits, `events`: what build_events made of every
-    file's, `tz`: the zone of stamps that carry none (--tz)."""
+    file's, `tz`: the zone of stamps that carry none (--tz). A frame of minutes timed by
+    a wrapper's RFC 3339 stamps (CalmRows.zone) is read on that zone's clock, its
+    anchors' times too."""
     if not calm:
         return []
     source = calm[0].source
@@ -211,28 +214,33 @@ def place(
     wall = None if zone is tz else zone or tz
     shifts = None
     if zone is None:
-        stamped = (timed.get((h.line, h.pos, h.sig)) for h in anchors)
-        shifts = _Shifts([(e.line, e.pos, e.ts) for e in stamped if e and e.ts], tz)
+        stamped = ((timed.get((h.line, h.pos, h.sig)), _own_zone(h)) for h in anchors)
+        shifts = _Shifts([(e.line, e.pos, e.ts, own) for e, own in stamped if e and e.ts], tz)
     early, late = micros(earliest), micros(latest)
     days: dict[int, int | None] = {}  # (by anchor: _day_at of its time)
     # What the minutes after one anchor read of it: its clock, its event and its time
     # on the wall clock of its stamp, when it can date them (a run of minutes shares
-    # its anchor).
-    dating: dict[int, tuple[tuple[str, str], Event, datetime] | None] = {}
+    # its anchor). By the zone of the minutes' wrapper stamps (CalmRows.zone): such a
+    # minute is read on its own stamp's clock, its anchor's time on that clock.
+    datings: dict[str | None, dict[int, tuple[tuple[str, str], Event, datetime] | None]] = {}
     made: list[tuple[CalmRows, array[int], array[int], array[int]]] = []
     for r in calm:
-        kind = "w" if r.sglang else "e"
+        kind = "w" if r.sglang or r.zone is not None else "e"
+        clock = wall if r.zone is None else _zone_of(r.zone)
+        if clock is None and r.zone is not None:
+            return None
+        dating = datings.setdefault(r.zone, {})
         assert r.frame is not None
         # (each row's anchor: its index, in C, made the Placed's runs once the frame is
         # read; a Repeats.append a row was ~20 ms of a month)
         ks: array[int] = array("q")
         starts: array[int] = array("q")
         firsts: array[int] = array("q")
-        cols = r.frame.rows("first_line", "day", "hour", "minute", "first_second")
+        cols = r.frame.rows("first_line", "day", "hour", "minute", "first_us")
         # (k: the anchors before the row's line, bisect_left's answer, found by stepping
         # on while the rows' lines go up: a frame's minutes share an anchor or two)
         k, at = -1, -1
-        for line, day, hour, minute, second in cols:
+        for line, day, hour, minute, us in cols:
             if k < 0 or line < at:
                 k = bisect_left(lines, line)
             while k < len(lines) and lines[k] < line:
@@ -243,7 +251,7 @@ def place(
             if k in dating:
                 got = dating[k]
             else:
-                got = dating[k] = _dating(anchors[k - 1], timed, wall)
+                got = dating[k] = _dating(anchors[k - 1], timed, clock)
             if got is None:
                 return None
             (anchor_kind, anchor_day), _, anchor_ts = got
@@ -252,17 +260,17 @@ def place(
             day_at = days.get(k)
             if day_at is None:
                 day_at = days[k] = _day_at(anchor_ts)
-            if day_at is not None and hour < 24 and minute < 60 and second < 60:
+            if day_at is not None and hour < 24 and minute < 60 and us < _MINUTE_US:
                 # (the usual: a fixed offset, its day's midnight and the clock, exactly)
-                epoch = day_at + hour * 3600 + minute * 60 + second
+                epoch = day_at + hour * 3600 + minute * 60 + us // _US
                 if not early <= epoch * _US <= late:
                     return None
             elif shifts is not None:
                 # (its time once _Shifts knows which pass of its hour it is in)
-                shifts.add(line, (len(made), len(ks)), anchor_ts, hour, minute, second)
+                shifts.add(line, (len(made), len(ks)), anchor_ts, hour, minute, us // _US)
                 epoch = 0
             else:
-                ts = _at(anchor_ts, hour, minute, second)
+                ts = _at(anchor_ts, hour, minute, us)
                 if ts > latest or ts < earliest:
                     return None
                 epoch = int(ts.timestamp())  # (windows.window_start)
@@ -281,7 +289,7 @@ def place(
         epoch = int(ts.timestamp())
         ks[i] |= fold
         starts[i], firsts[i] = epoch - epoch % seconds, epoch
-    return [_placed(r, ks, starts, firsts, dating) for r, ks, starts, firsts in made]
+    return [_placed(r, ks, starts, firsts, datings[r.zone]) for r, ks, starts, firsts in made]
 
 
 def _placed(
@@ -350,8 +358,9 @@ class _Shifts:
     stamp of such an hour would read otherwise with the calm minutes above it, the
     minutes cannot stand for their lines (`read` gives a None)."""
 
-    def __init__(self, stamps: list[tuple[int, int, datetime]], tz: tzinfo) -> None:
-        self._stamps = stamps  # (line, pos, time) of each stamp events timed
+    def __init__(self, stamps: list[tuple[int, int, datetime, bool]], tz: tzinfo) -> None:
+        # (line, pos, time, whether its own zone timed it) of each stamp events timed
+        self._stamps = stamps
         self._tz = tz
         self._minutes: list[tuple[int, tuple[int, int], datetime]] = []
 
@@ -372,18 +381,18 @@ class _Shifts:
         """(slot, its first line's time in UTC, the pass of its hour: fold) of each
         minute, in file order; None where a stamp would read otherwise."""
         items = sorted(
-            [(line, 0, pos, t, (0, 0)) for line, pos, t in self._stamps]
-            + [(line, 1, 0, t, slot) for line, slot, t in self._minutes],
+            [(line, 0, pos, t, (0, 0), own) for line, pos, t, own in self._stamps]
+            + [(line, 1, 0, t, slot, False) for line, slot, t in self._minutes],
             key=itemgetter(0, 1, 2),
         )
         out: list[tuple[tuple[int, int], datetime, int]] = []
         latest: datetime | None = None
-        for _, minute, _, t, slot in items:
+        for _, minute, _, t, slot, own in items:
             if minute:
                 got = read_pass(t, latest)  # (in UTC: the second pass where it differs)
                 out.append((slot, got, int(got != t.astimezone(UTC))))
                 t = got
-            else:
+            elif not own:  # (a wrapper's RFC 3339 stamp has its own zone: not --tz's)
                 local = t.astimezone(self._tz)
                 # (a stamp of a skipped or repeated hour: read with the minutes' first
                 # lines above it, as _in_utc would have)
@@ -392,6 +401,13 @@ class _Shifts:
                     return None
             latest = t if latest is None or t > latest else latest
         return out
+
+
+def _own_zone(h: Hit) -> bool:
+    """Whether the hit's time is its RFC 3339 wrapper stamp's, in that stamp's zone
+    (events._wrapper_ts), not a time of --tz's (events._in_utc reads only those)."""
+    w = h.ts_wrapper
+    return w is not None and w.kind == "iso" and parse_iso(w.text) is not None
 
 
 def _wall(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
@@ -432,15 +448,26 @@ def _one_offset(tz: tzinfo, earliest: datetime, latest: datetime) -> tzinfo | No
     return timezone(first) if first is not None else None
 
 
-def _at(anchor: datetime, hour: int, minute: int, second: int) -> datetime:
-    """The time of a calm minute's line: its anchor's day at its clock (in UTC where
-    the anchor is in a named zone, _Shifts: times of one such zone compare by their
-    wall clocks, the pass of an hour a shift repeats not told)."""
-    t = anchor.replace(hour=hour, minute=minute, second=second, microsecond=0)
+def _at(anchor: datetime, hour: int, minute: int, us: int) -> datetime:
+    """The time of a calm minute's line: its anchor's day at its clock, `us`
+    microseconds into the minute (in UTC where the anchor is in a named zone,
+    _Shifts: times of one such zone compare by their wall clocks, the pass of an hour
+    a shift repeats not told)."""
+    second, micro = divmod(us, _US)
+    t = anchor.replace(hour=hour, minute=minute, second=second, microsecond=micro)
     return t if isinstance(t.tzinfo, timezone) else t.astimezone(UTC)
 
 
 _US = 1_000_000
+_MINUTE_US = 60 * _US
+
+
+@lru_cache(maxsize=16)
+def _zone_of(zone: str) -> tzinfo | None:
+    """The zone of a wrapper stamp's zone text (`Z`, `+02:00`) as events has a stamp
+    of it (timeparse.parse_iso), None where it is none."""
+    ts = parse_iso(f"2001-01-01T00:00:00{zone}")
+    return None if ts is None else ts.tzinfo
 
 
 def _day_at(ts: datetime) -> int | None:
@@ -470,7 +497,8 @@ def _dating(
 ) -> tuple[tuple[str, str], Event, datetime] | None:
     """(the clock, the event, its time) of anchor `h`, when it can date a calm minute
     of that clock: a plain stamp (no pod), timed from its own stamp's date; its time
-    on the clock of `wall` when given (place: a named zone's one offset)."""
+    on the clock of `wall` when given (place: a named zone's one offset, or the zone
+    of the minutes' wrapper stamps)."""
     e = timed.get((h.line, h.pos, h.sig))
     clock, minute, _ = stamp(h)
     if h.pod is not None or minute is None or clock is None or e is None or e.ts is None:
@@ -1157,7 +1185,7 @@ class CalmRun(ReadRun):
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
     _m: _Texts
-    # hour, minute, peak second: the frame's columns (spilled, opened when read: an
+    # hour, minute, the peak line's microseconds into it: the frame's columns (spilled, opened when read: an
     # opened array held a run's life was 3 bytes a window)
     _clock: tuple[Sequence[Any], Sequence[Any], Sequence[Any]]
     _where: Sequence[int]  # each window's row in the frame (a range: the usual)
@@ -1223,7 +1251,7 @@ class CalmRun(ReadRun):
             ("_rows", rows),
             ("_c", columns),
             ("_m", _texts_of(rows, columns)),
-            ("_clock", tuple(data[j] for j in (_HOUR, _MINUTE, _PEAK_SECOND))),
+            ("_clock", tuple(data[j] for j in (_HOUR, _MINUTE, _PEAK_US))),
             ("_where", range(first, first + len(where)) if contiguous else where),
             ("_replicas", replicas[0] if one else replicas),
             ("_starts", PackedNumbers.of(narrow(alone.starts))),
@@ -1272,7 +1300,7 @@ class CalmRun(ReadRun):
         i = self._where[p]
         start = datetime.fromtimestamp(self._starts[p], tz=UTC)
         anchor = self._anchors[p]
-        hour, minute, second = self._clock
+        hour, minute, us = self._clock
         replicas = self._replicas
         cls, confidence, why = self._judgements[self._marks[p]]
         w = object.__new__(CalmWindow)
@@ -1284,7 +1312,7 @@ class CalmRun(ReadRun):
         _set(w, "replica", replicas if isinstance(replicas, str) else replicas[p])
         _set(w, "start", start)
         _set(w, "end", start + timedelta(seconds=self._seconds))
-        _set(w, "_ts", _at(anchor, hour[i], minute[i], second[i]))
+        _set(w, "_ts", _at(anchor, hour[i], minute[i], us[i]))
         _set(w, "cls", cls)
         _set(w, "confidence", confidence)
         _set(w, "why", why)
@@ -1322,7 +1350,7 @@ class CalmRun(ReadRun):
         """micros() of each window's peak line's time (_ts), from its anchor's midnight
         and its clock, as calm.place dates a minute; None where an anchor is not in
         a fixed offset (_ts is read then)."""
-        hour, minute, second = map(_listed, self._clock)
+        hour, minute, peak_us = map(_listed, self._clock)
         days: dict[int, int | None] = {}
         out: array[int] = array("q")
         lo, hi = self._lo, self._hi
@@ -1330,10 +1358,10 @@ class CalmRun(ReadRun):
             day = days.get(id(anchor), -1)
             if day == -1:
                 day = days[id(anchor)] = _day_at(anchor)
-            h, m, s = hour[i], minute[i], second[i]
-            if day is None or not (h < 24 and m < 60 and s < 60):
+            h, m, us = hour[i], minute[i], peak_us[i]
+            if day is None or not (h < 24 and m < 60 and us < _MINUTE_US):
                 return None
-            out.append((day + h * 3600 + m * 60 + s) * 1_000_000)
+            out.append((day + h * 3600 + m * 60) * _US + us)
         return out
 
     def own(self, name: str) -> list[Any]:
@@ -1351,10 +1379,10 @@ class CalmRun(ReadRun):
             at = datetime.fromtimestamp
             return [at(s + by, tz=UTC) for s in self._starts[lo:hi]]
         if name == "_ts":
-            hour, minute, second = map(_listed, self._clock)
+            hour, minute, us = map(_listed, self._clock)
             where = self._where
             return [
-                _at(a, hour[i], minute[i], second[i])
+                _at(a, hour[i], minute[i], us[i])
                 for a, i in zip(self._anchors[lo:hi], where[lo:hi], strict=True)
             ]
         return list(map(attrgetter(name), self))
@@ -1465,13 +1493,13 @@ _READS = (
     _WAITING_FIRST,
     _WAITING_LAST,
     _FIRST_LINE,
-    _FIRST_SECOND,
+    _FIRST_US,
     _LAST_LINE,
-    _LAST_SECOND,
+    _LAST_US,
     _LAST_POS,
     _PEAK_LINE,
     _PEAK_POS,
-    _PEAK_SECOND,
+    _PEAK_US,
     _HOUR,
     _MINUTE,
 )
@@ -1507,10 +1535,11 @@ class _Part:
         """The value of its row in column j of its frame (one of _READS)."""
         return self.values[_READ_AT[j]]
 
-    def ts(self, second_at: int) -> datetime:
-        """The time of its line whose seconds are column `second_at`'s."""
+    def ts(self, us_at: int) -> datetime:
+        """The time of its line whose microseconds into the minute are column
+        `us_at`'s."""
         read = self.read
-        return _at(self.anchor, read(_HOUR), read(_MINUTE), read(second_at))
+        return _at(self.anchor, read(_HOUR), read(_MINUTE), read(us_at))
 
     @property
     def kv(self) -> FieldValue:
@@ -1597,7 +1626,7 @@ def _mean_of(parts: list[_Part], k: int) -> float | None:
 def _by_first(parts: list[_Part]) -> list[_Part]:
     """The minutes in the order of their first lines (windows.py's events table: by
     time, file, line)."""
-    return sorted(parts, key=lambda p: (p.ts(_FIRST_SECOND), p.rows.source, p.read(_FIRST_LINE)))
+    return sorted(parts, key=lambda p: (p.ts(_FIRST_US), p.rows.source, p.read(_FIRST_LINE)))
 
 
 def _by_last(parts: list[_Part]) -> list[_Part]:
@@ -1605,7 +1634,7 @@ def _by_last(parts: list[_Part]) -> list[_Part]:
     return sorted(
         parts,
         key=lambda p: (
-            p.ts(_LAST_SECOND),
+            p.ts(_LAST_US),
             p.rows.source,
             p.read(_LAST_LINE),
             p.read(_LAST_POS),
@@ -1625,7 +1654,7 @@ def _evidence_of(parts: list[_Part]) -> tuple[_Part, datetime]:
     highest KV usage (none, or 0: -1), the first such in log order
     (windows._pick_evidence over the minutes' peak lines)."""
     timed = sorted(
-        ((p.ts(_PEAK_SECOND), p) for p in parts),
+        ((p.ts(_PEAK_US), p) for p in parts),
         key=lambda tp: (
             tp[0],
             tp[1].rows.source,
