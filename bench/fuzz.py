@@ -297,6 +297,16 @@ def wrappers(data: bytes, rng: random.Random) -> bytes:
     how = rng.randrange(3)
     if how == 0:
         p = rng.choice(_PREFIXES)
+        if p is _PREFIXES[0] and rng.random() < 0.5:
+            # `kubectl logs --timestamps`: each line the nanosecond it was read, on
+            # (a rank's copies each its own: session 35)
+            ns, out = 0, []
+            for ln in _lines(data):
+                ns += rng.choice([1, 1_000, 40_000_000, 999_999_999, 61_000_000_000])
+                s, f = divmod(ns, 1_000_000_000)
+                stamp = f"2025-10-15T{s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+                out.append(f"{stamp}.{f:09d}Z ".encode() + ln)
+            return b"\n".join(out)
         return b"\n".join(p + ln for ln in _lines(data))
     if how == 1:
         import json

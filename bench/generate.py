@@ -192,10 +192,17 @@ class StampedWriter(Writer):
     def __init__(self, out: BinaryIO, rng: random.Random, start: datetime) -> None:
         super().__init__(out, rng, start)
         self.lag = random.Random(1)
+        self.last = (start, 0)
 
     def line(self, text: str) -> None:
         ns = self.lag.randrange(1_000_000, 40_000_000)
-        super().line(f"{self.now:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z {text}")
+        if self.last[0] == self.now:
+            # (the wrapper reads a stream in order: a tick's lines, a thrashing
+            # server's ranks' copies among them, each later than the one before)
+            ns = max(ns, self.last[1] + self.lag.randrange(1_000, 200_000))
+        self.last = (self.now, ns)
+        stamp = self.now + timedelta(microseconds=ns // 1000)
+        super().line(f"{stamp:%Y-%m-%dT%H:%M:%S}.{stamp.microsecond:06d}{ns % 1000:03d}Z {text}")
 
 
 def _loc(e: Engine, v0_file: str, v1_file: str) -> str:
@@ -466,15 +473,21 @@ def generate_dense(out: BinaryIO, size: int, seed: int = 0) -> int:
 
 
 def generate_thrash(
-    out: BinaryIO, size: int, seed: int = 0, every_s: float = 5.0, ranks: int = 1
+    out: BinaryIO,
+    size: int,
+    seed: int = 0,
+    every_s: float = 5.0,
+    ranks: int = 1,
+    stamped: bool = False,
 ) -> int:
     """An SGLang server in a thrash loop all along: a decode batch line every 0.5 s
     (token usage 0.97-0.99), a prefill line one time in ten, and a retraction every
     ~`every_s` seconds, printed by each of `ranks` TP ranks (with several, one rank's
     copy now and then after the next line: ranks print to one stream). Every minute
-    of it is an incident's minute: memory there follows the busy minutes."""
+    of it is an incident's minute: memory there follows the busy minutes. `stamped`:
+    each line with a kubectl --timestamps stamp in front (StampedWriter)."""
     rng = random.Random(seed)
-    w = Writer(out, rng, datetime(2025, 11, 2, 0, 0, 0))
+    w = (StampedWriter if stamped else Writer)(out, rng, datetime(2025, 11, 2, 0, 0, 0))
     late: list[str] = []
     while w.size < size:
         w.now += timedelta(milliseconds=500)
@@ -512,6 +525,12 @@ def generate_thrash(
 def generate_thrash_ranks(out: BinaryIO, size: int, seed: int = 0) -> int:
     """generate_thrash retracting every ~1 s, printed by 8 ranks."""
     return generate_thrash(out, size, seed, every_s=1.0, ranks=8)
+
+
+def generate_thrash_ranks_stamped(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_thrash_ranks as `kubectl logs --timestamps` gives it: each rank's copy of
+    a retraction stamped with a nanosecond of its own."""
+    return generate_thrash(out, size, seed, every_s=1.0, ranks=8, stamped=True)
 
 
 def thrash_bytes(days: float, every_s: float = 5.0, ranks: int = 1) -> int:
@@ -623,6 +642,7 @@ PROFILES = {
     "vllm-requests": generate_requests,
     "sglang-thrash": generate_thrash,
     "sglang-thrash-ranks": generate_thrash_ranks,
+    "sglang-thrash-ranks-kubectl": generate_thrash_ranks_stamped,
 }
 
 

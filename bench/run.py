@@ -2,7 +2,7 @@
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
                         [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
-                        [--thrash 1,3] [--ways stdin,tz,window,since] [--kubectl 10]
+                        [--thrash 1,3] [--ways stdin,tz,window,since] [--kubectl 10] [--kubectl-thrash 1]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
 Files come from bench/generate.py (seed 0), kept in a temp dir and reused across
@@ -42,6 +42,9 @@ Rows:
 - `N d stats, kubectl` (`--kubectl`, days, default none): the `N d stats` log with
   the stamp `kubectl logs --timestamps` puts in front of every line (--profile
   vllm-stats-kubectl: as many lines, ~31 bytes more each).
+- `N d thrash x8, kubectl` (`--kubectl-thrash`, days, default none): as many bytes of
+  the `N d thrash x8` log and of it so stamped, each rank's copy of a retraction a
+  nanosecond of its own (--profile sglang-thrash-ranks-kubectl).
 - `SIZE .gz` (`--gz`, default 100MiB): the vLLM log gzipped at the default level, as
   logrotate leaves it, against `gzip -dc FILE | grep -E -c` (one worker: a gzip stream
   cannot be cut; MB/s counts the log's bytes, decompressed).
@@ -393,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         help="days of the stats-only log with a kubectl --timestamps stamp on every line",
     )
     ap.add_argument(
+        "--kubectl-thrash",
+        default="",
+        help="days of the eight-rank SGLang thrash log, kubectl --timestamps stamped",
+    )
+    ap.add_argument(
         "--ways",
         default="",
         help="the stats spans also read piped, with a named zone, in 5-minute windows or "
@@ -448,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     for d in (d for d in args.thrash.split(",") if d):
         todo.append((thrash_bytes(float(d)), f"{d} d", "sglang-thrash"))
         todo.append((thrash_bytes(float(d), every_s=1.0, ranks=8), f"{d} d", "sglang-thrash-ranks"))
+    for d in (d for d in args.kubectl_thrash.split(",") if d):
+        size = thrash_bytes(float(d), every_s=1.0, ranks=8)
+        todo.append((size, f"{d} d", "sglang-thrash-ranks"))
+        todo.append((size, f"{d} d", "sglang-thrash-ranks-kubectl"))
     suffix = {
         "vllm": "",
         "sglang-dense": " dense",
@@ -459,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         "vllm-requests": " requests",
         "sglang-thrash": " thrash",
         "sglang-thrash-ranks": " thrash x8",
+        "sglang-thrash-ranks-kubectl": " thrash x8, kubectl",
     }
     for size, size_text, profile in todo:
         path = ensure_file(args.dir, size, profile)

@@ -1,6 +1,6 @@
-"""bench/generate.py's kubectl-stamped stats profile is the plain one's lines, each
-with the stamp `kubectl logs --timestamps` puts in front (what bench/README.md's
-`--kubectl` rows compare against the plain log)."""
+"""bench/generate.py's kubectl-stamped profiles are the plain ones' lines, each with
+the stamp `kubectl logs --timestamps` puts in front (what bench/README.md's `--kubectl`
+rows compare against the plain logs)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,22 @@ def test_the_kubectl_profile_is_the_plain_one_stamped() -> None:
         got = normalise(wrapped)
         assert (got.text, got.ts_kind) == (line, "iso")
         assert got.ts_wrapper is not None and got.ts_wrapper[5:19].replace("T", " ") in line
+
+
+def test_the_stamped_thrash_profile_gives_each_ranks_copy_a_later_stamp() -> None:
+    gen = _bench_generator()
+    plain, stamped = io.BytesIO(), io.BytesIO()
+    gen.PROFILES["sglang-thrash-ranks"](plain, 200_000, 3)
+    gen.PROFILES["sglang-thrash-ranks-kubectl"](stamped, 200_000, 3)
+    ours, theirs = plain.getvalue().decode().splitlines(), stamped.getvalue().decode().splitlines()
+    assert len(ours) > len(theirs) > 1000  # (as many bytes: fewer, longer lines)
+    stamps = []
+    for line, wrapped in zip(ours, theirs, strict=False):
+        m = _KUBECTL.match(wrapped)
+        assert m is not None and wrapped[m.end() :] == line
+        got = normalise(wrapped)
+        assert got.ts_wrapper is not None and got.ts_wrapper[:19].replace("T", " ") == line[1:20]
+        assert got.rank is not None and got.text == line[line.index("] ") + 2 :]
+        stamps.append(got.ts_wrapper)
+    # (the wrapper reads the stream in order: a later stamp for every line)
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)

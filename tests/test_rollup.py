@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from builders import Pipe
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator, adversarial_log
 
 import preemptdiag.commands.analyze as analyze_mod
@@ -27,7 +29,8 @@ import preemptdiag.scan.rollup as rollup_mod
 from preemptdiag.cli import main
 from preemptdiag.commands.analyze import Options, Outcome, run_analysis
 from preemptdiag.commands.compare import summarize
-from preemptdiag.model.records import Hit, Kind
+from preemptdiag.model.records import Hit, Kind, WrapperStamp
+from preemptdiag.model.timeparse import parse_iso
 from preemptdiag.render.json_format import report_dict
 from preemptdiag.timeline.events import TimeContext
 
@@ -914,3 +917,39 @@ def test_data_parallel_ranks_retract_on_their_own(tmp_path: Path) -> None:
         pre = [e for e in _run([p], rollup).events if e.kind is Kind.PREEMPTION]
         assert (sum(e.preemptions for e in pre), sum(e.lines for e in pre)) == (12, 4)
     _assert_same_report([p])
+
+
+def _part(hi: int) -> st.SearchStrategy[str]:
+    """Two digits: mostly a real value (up to `hi`), now and then any."""
+    return st.one_of(st.integers(0, hi), st.integers(0, hi), st.integers(0, 99)).map(
+        lambda n: f"{n:02d}"
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["1899", "1900", "2025", "2024", "9000", "9001"]),
+    st.tuples(_part(12), _part(31), _part(23), _part(59), _part(59)),
+    st.sampled_from(["", ".5", ",123456789", ".000001"]),
+    st.sampled_from(["", "Z", "+00:00", "-0330", "+25:00", "+14:00", "-99:99"]),
+    st.sampled_from(["T", " "]),
+    st.booleans(),
+)
+def test_a_wrapper_stamp_is_a_time_where_parse_iso_reads_one(
+    year: str,
+    parts: tuple[str, str, str, str, str],
+    frac: str,
+    zone: str,
+    sep: str,
+    wide: bool,
+) -> None:
+    # (stamp_of reads a minute once, not each stamp: a wrapper's differ by the
+    # nanosecond, and parse_iso of each was most of a stamped thrash loop's scan)
+    month, day, hour, minute, sec = parts
+    text = f"{year}-{month}-{day}{sep}{hour}:{minute}:{sec}{frac}{zone}"
+    if wide:  # (digits outside ASCII: parse_iso's long way)
+        text = text.replace("1", "\u0661")
+    for kind in ("iso", "sql"):
+        got = rollup_mod.stamp_of(WrapperStamp(kind, text), None)
+        if rollup_mod._ISO.fullmatch(text):
+            assert (got[1] is not None) == (parse_iso(text) is not None), text

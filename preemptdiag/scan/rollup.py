@@ -132,7 +132,7 @@ def stamp_of(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
         if m is None:
             return None, None, None
         clock = ("w", text[:10])
-        if parse_iso(text) is None:
+        if not _real_iso(text, m):
             return clock, None, None
         # (`,` read as `.`: a Builder orders its lines by this text, and `59,25` sorts
         # before `59.0036` as text though it is later)
@@ -151,6 +151,21 @@ def stamp_of(wrapper: WrapperStamp | None, engine: str | None) -> Stamp:
             return clock, None, None
         return clock, m["minute"], m["sec"]
     return None, None, None
+
+
+def _real_iso(text: str, m: re.Match[str]) -> bool:
+    """Whether _ISO's match `m` of `text` is a time timeparse.parse_iso reads: its
+    minute is one (and with it every second up to 59 of it: timeparse.in_range reads
+    the year; cached, as a wrapper's stamp differs on every line by its nanosecond),
+    or, where its digits are not all ASCII, the whole stamp is."""
+    if text.isascii():
+        return m["sec"][:2] <= "59" and _real_minute(m["minute"], m["zone"] or "")
+    return parse_iso(text) is not None
+
+
+@lru_cache(maxsize=1024)
+def _real_minute(minute: str, zone: str) -> bool:
+    return parse_iso(f"{minute}:00{zone}") is not None
 
 
 def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
