@@ -199,6 +199,42 @@ def test_sglang_ranks_count_once_in_each_second(tmp_path: Path) -> None:
     assert [e.line for e in pre[0].rollup.preempting] == [2, 9]  # type: ignore[union-attr]
 
 
+def test_sglang_ranks_under_a_wrappers_stamp_count_once(tmp_path: Path) -> None:
+    # `kubectl logs --timestamps` stamps each rank's copy with the nanosecond it read
+    # it: an engine's copies are told by the second (four copies were four retractions)
+    line = "2025-03-07T21:49:33.{ns:09d}Z [2025-03-07 21:49:33 TP{r}] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4512 -> 0.8127"
+    for rollup in (False, True):
+        lines = [line.format(ns=1_000_000 * (r + 1) + 7, r=r) for r in range(4)]
+        p = tmp_path / f"k{rollup}.log"
+        p.write_text("\n".join(lines) + "\n")
+        opts = Options(files=(str(p),), jobs=1, rollup=rollup, time=TimeContext(year=2025))
+        pre = [e for e in run_analysis(opts).events if e.kind is Kind.PREEMPTION]
+        assert sum(e.preemptions for e in pre) == 3
+        assert {e.proc for e in pre} == {"TP0"}
+
+
+def test_kernel_lines_microseconds_apart_are_two_records(tmp_path: Path) -> None:
+    # The kernel's own stamps (dmesg --time-format iso) have microseconds: two of its
+    # lines with equal fields in one second are two lines (vLLM 0.32.0's recorded
+    # cgroup OOM: `Tasks state ...` and the task table's header, 38 us apart).
+    kill = (
+        "2026-12-01T23:21:29,796688+00:00 Memory cgroup out of memory: Killed process 22997 "
+        "(VLLM::Worker) total-vm:5675836kB, anon-rss:2310492kB, file-rss:215816kB, "
+        "shmem-rss:0kB, UID:0 pgtables:5928kB oom_score_adj:0"
+    )
+    lines = [
+        "2026-12-01T23:21:29,796562+00:00 Tasks state (memory values in pages):",
+        "2026-12-01T23:21:29,796600+00:00 [  pid  ]   uid  tgid total_vm      rss rss_anon "
+        "rss_file rss_shmem pgtables_bytes swapents oom_score_adj name",
+        kill,
+    ]
+    p = tmp_path / "dmesg.log"
+    p.write_text("\n".join(lines) + "\n")
+    out = run_analysis(Options(files=(str(p),), jobs=1, time=TimeContext(year=2026)))
+    tasks = [e.line for e in out.events if e.sig == "system.kernel.oom_tasks"]
+    assert tasks == [1, 2]
+
+
 def test_copies_across_a_clock_that_went_back_count_once(tmp_path: Path) -> None:
     # Where the stamps go back (here behind an unstamped hit, which _in_time_order
     # does not reorder across), every key is kept, not a second's: the copy after the

@@ -168,6 +168,14 @@ def _real_minute(minute: str, zone: str) -> bool:
     return parse_iso(f"{minute}:00{zone}") is not None
 
 
+# Who prints whole seconds (Signature.engine): the engines. A fraction on one of their
+# lines is a wrapper's (`kubectl logs --timestamps`: the nanosecond it read the line,
+# another for each rank's copy), so their copies are told by the second; the
+# kernel's, kubelet's and Ray's own stamps have fractions, and two of their lines a
+# few microseconds apart are two records.
+WHOLE_SECONDS = frozenset({"vllm", "sglang", "any"})
+
+
 def copy_key(fields: Mapping[str, FieldValue]) -> CopyKey:
     """What tells a printed record from a copy of it at the same stamp (another rank
     printed it too): its fields (events._dedupe_ranks)."""
@@ -418,6 +426,7 @@ class PreemptionBuilder:
         "n",
         "preemptions",
         "slot",
+        "whole",
         "wrapper",
     )
 
@@ -441,10 +450,11 @@ class PreemptionBuilder:
         self.n = 1
         self.preemptions = 0
         self.lower = False
-        # every second's records so far (the minute's lines of one space: a few dozen;
-        # by the second, as events._dedupe_ranks tells copies: a wrapper's stamp has
-        # each copy's own nanosecond)
-        self.copies: dict[int, set[CopyKey]] = {instant[0]: {copy_key(hit.fields)}}
+        # every stamp's records so far (the minute's lines of one space: a few dozen;
+        # an engine's by the second, as events._dedupe_ranks tells copies: a wrapper's
+        # stamp has each copy's own nanosecond)
+        self.whole = hit.engine in WHOLE_SECONDS
+        self.copies: dict[Instant, set[CopyKey]] = {self._at(instant): {copy_key(hit.fields)}}
         self.kept: list[Ref] = []  # the first members after the carrier
         self.last: Ref = hit
         self.latest: Ref = hit
@@ -471,7 +481,7 @@ class PreemptionBuilder:
         has it): a Deferred one costs a hit only if kept."""
         # (a copy too is the last line: the one an unstamped line after it is timed by)
         self.last, self.last_at = ref, instant
-        records = self.copies.setdefault(instant[0], set())
+        records = self.copies.setdefault(self._at(instant), set())
         key = copy_key(f) if record is None else record
         if key in records:
             return  # another rank's copy: counted once, its time none of the span's
@@ -492,6 +502,10 @@ class PreemptionBuilder:
             self.lower = True
         if len(self.kept) < KEPT_PREEMPTIONS:
             self.kept.append(ref)
+
+    def _at(self, instant: Instant) -> Instant:
+        """The stamp a record's copies share: an engine's second (WHOLE_SECONDS)."""
+        return (instant[0], 0) if self.whole else instant
 
     def _alone(self) -> bool:
         return self.n == 1 and self.last is self.carrier
@@ -515,8 +529,8 @@ class PreemptionBuilder:
             waiting_pos=0,
             peak_kv=-1.0,
             peak_running=None,
-            first_copies=_several(self.copies[self.first[0]]),
-            last_copies=_several(self.copies[self.last_at[0]]),
+            first_copies=_several(self.copies[self._at(self.first)]),
+            last_copies=_several(self.copies[self._at(self.last_at)]),
             cumulative=self.counter,
             highest=self.highest,
         )
@@ -712,13 +726,10 @@ class RollupSink:
             self.began.add(key)
             self.edges[key] = (minute, instant, wrapper)
         edge = self.edges.get(key)
-        # (by the second: copies are told by it, and a wrapper's stamp has each copy's
-        # own nanosecond)
-        if (
-            edge is not None
-            and edge[0] == minute
-            and (edge[2] != wrapper or instant[0] <= edge[1][0])
-        ):
+        # (an engine's line by the second: copies are told by it, and a wrapper's stamp
+        # has each copy's own nanosecond)
+        at = (instant[0], 0) if hit.engine in WHOLE_SECONDS else instant
+        if edge is not None and edge[0] == minute and (edge[2] != wrapper or at <= edge[1]):
             self.hits.append(hit)
             return
         self.went_to = self.opened[key] = PreemptionBuilder(

@@ -41,6 +41,7 @@ from preemptdiag.model.timeparse import (
     parse_month_day,
 )
 from preemptdiag.scan.rollup import (
+    WHOLE_SECONDS,
     copy_key,
     copy_space,
     map_rollup,
@@ -300,9 +301,10 @@ def _dedupe_ranks(
     pairs: list[tuple[Hit, datetime | None]], doubts: set[str]
 ) -> list[tuple[Hit, datetime | None]]:
     """The same record printed by several ranks/workers at the same second counts once
-    (records of one copy space: rollup.copy_space): the second, not the instant, as
-    a wrapper stamps each copy with the nanosecond it read it (`kubectl logs
-    --timestamps`: eight ranks' copies of a retraction were eight). Where the stamped records' times
+    (records of one copy space: rollup.copy_space): an engine's line by the second,
+    not the instant, as a wrapper stamps each copy with the nanosecond it read it
+    (`kubectl logs --timestamps`: eight ranks' copies of a retraction were eight;
+    rollup.WHOLE_SECONDS). Where the stamped records' times
     never go back (the usual: _in_time_order), a record's copies are together, and
     only each space's current stamp's records are kept, not every record's (a
     thrashing server's 83,000 retractions held ~60 MiB of them).
@@ -327,7 +329,7 @@ def _dedupe_ranks(
         if not forward or t is None:
             if r is not None:
                 doubts.add(_COPIES_ACROSS)
-            key = (space, _second(t), copy_key(h.fields))
+            key = (space, _copy_time(h, t), copy_key(h.fields))
             keys = unstamped if t is None else seen
             if key in keys:
                 continue
@@ -341,7 +343,7 @@ def _dedupe_ranks(
             # would sit among the rollup's members, whose records are gone.
             if t < latest or (t == latest and state[0] != t):
                 doubts.add(_COPIES_ACROSS)
-            if _second(state[0]) != _second(t):
+            if _copy_time(h, state[0]) != _copy_time(h, t):
                 records = set()
         if r is None:
             record = copy_key(h.fields)
@@ -358,7 +360,7 @@ def _dedupe_ranks(
             doubts.add(_COPIES_ACROSS)
         records.update(first)
         end = member_time(r.last, h, t) or t
-        if _second(end) != _second(t):
+        if _copy_time(h, end) != _copy_time(h, t):
             records = set(r.stats.last_copies or (copy_key(r.last.fields),))
         ends = (end, member_time(r.peak_first, h, t) or t)
         now[space] = (end, records, max(latest, *ends))
@@ -369,9 +371,12 @@ def _dedupe_ranks(
 _COPIES_ACROSS = "preemption lines merged a minute at a time cannot show their copies here"
 
 
-def _second(t: datetime | None) -> datetime | None:
-    """The second a copy of a record is told by (_dedupe_ranks)."""
-    return t if t is None or not t.microsecond else t.replace(microsecond=0)
+def _copy_time(h: Hit, t: datetime | None) -> datetime | None:
+    """The stamp the copies of `h`'s record share (_dedupe_ranks): its second where an
+    engine printed it (rollup.WHOLE_SECONDS), else its time."""
+    if t is None or not t.microsecond or h.engine not in WHOLE_SECONDS:
+        return t
+    return t.replace(microsecond=0)
 
 
 def build_events(
