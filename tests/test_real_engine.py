@@ -6,6 +6,7 @@ from the engine's own counters (ground_truth.json), never from preemptdiag."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,39 @@ def test_verdict_and_lever(
     )
     if truth.get("stats_lines") or batches:
         assert report["scan"]["recognised"]["stats"] == (truth.get("stats_lines") or batches)
+
+
+_OWN_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)| (\d\d-\d\d \d\d:\d\d:\d\d) ")
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=_ids)
+def test_the_log_kubectl_gives_tells_what_the_log_does(
+    case: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `kubectl logs --timestamps` of the real engine: each line the nanosecond the
+    # wrapper read it (a line's own second, on in order; a line with no stamp of its
+    # own, the last one's). Read through that stamp, it tells what the bare log does.
+    version, name = case
+    plain = _dir(version) / name / "server.log"
+    out, now, ns = [], "2026-01-01 00:00:00", 0
+    for line in plain.read_text(encoding="utf-8").splitlines():
+        m = _OWN_STAMP.search(line)
+        if m is not None:
+            then, now = now, m[1] or f"2026-{m[2]}"
+            ns = 0 if now != then else ns
+        ns += 1_000 + len(out) % 97 * 1_000
+        out.append(f"{now.replace(' ', 'T')}.{ns:09d}Z {line}")
+    stamped = tmp_path / "server.log"
+    stamped.write_text("\n".join(out) + "\n", encoding="utf-8")
+    got = [analyze(capsys, str(p)) for p in (plain, stamped)]
+    (code, bare), (code_stamped, report) = got
+    assert code_stamped == code
+    for key in ("class", "confidence", "suspected"):
+        assert report["verdict"][key] == bare["verdict"][key], key
+    assert report["lever"]["knob"] == bare["lever"]["knob"]
+    assert report["scan"]["recognised"] == bare["scan"]["recognised"]
+    counts = [sum(w["preemptions"] for w in r["windows"]) for r in (bare, report)]
+    assert counts[0] == counts[1]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
