@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_bulk import V1, _stats_log
 from test_equivalence import CORPUS_LOGS, SAMPLES, _bench_generator
-from test_rollup import _kubectl_stamped
+from test_rollup import _docker_json, _kubectl_stamped
 
 import preemptdiag.scan.bulk as bulk
 import preemptdiag.scan.lane as lane
@@ -463,22 +463,40 @@ def _assert_lines_exact(lines: list[str], block: int) -> None:
         _assert_lane_exact(path, monkeypatch, block=block)
 
 
-# How `kubectl logs --timestamps`, `docker logs -t` and a CRI log file stamp a line, and
-# stamps no lane reads as one (they go line by line): none with a `T`, a zone the
-# lane does not read, a time or zone that is none.
+def _kube(t: datetime, ns: int) -> str:
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z"
+
+
+def _json(stamp: str, line: str, head: str = '{"log":', tail: str = "") -> str:
+    """A record of Docker's json-file log (with another `head` or `tail`: one it does
+    not write)."""
+    return f'{head}"{line}\\n","stream":"stderr","time":"{stamp}"{tail}}}'
+
+
+# How `kubectl logs --timestamps`, `docker logs -t`, a CRI log file and Docker's
+# json-file log wrap a line, and wrappings no lane reads (they go line by line): a
+# stamp with no `T`, a zone the lane does not read, a time or zone that is none; a
+# record in another order, with more keys, spaces or an escape in its text.
 _WRAPS = (
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}".rstrip("0").rstrip(".") + "Z",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S},{ns // 1000:06d}+05:30",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z stdout F",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}-03:00  stderr P",
+    lambda t, ns, x: f"{_kube(t, ns)} {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}".rstrip("0").rstrip(".") + f"Z {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S},{ns // 1000:06d}+05:30 {x}",
+    lambda t, ns, x: f"{_kube(t, ns)} stdout F {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S}-03:00  stderr P {x}",
+    lambda t, ns, x: _json(_kube(t, ns), x),
 )
 _ODD_WRAPS = (
-    lambda t, ns: f"{t:%Y-%m-%d %H:%M:%S}.{ns:09d}Z",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}+0100",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}",
-    lambda t, ns: f"{t:%Y-%m-%dT}25:{t:%M:%S}Z",
-    lambda t, ns: f"{t:%Y-%m-%dT%H:%M:%S}+24:00",
+    lambda t, ns, x: f"{t:%Y-%m-%d %H:%M:%S}.{ns:09d}Z {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}+0100 {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d} {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT}25:{t:%M:%S}Z {x}",
+    lambda t, ns, x: f"{t:%Y-%m-%dT%H:%M:%S}+24:00 {x}",
+    lambda t, ns, x: _json(_kube(t, ns), x, '{"stream":"stderr","log":'),
+    lambda t, ns, x: _json(_kube(t, ns), x, tail=',"attrs":{}'),
+    lambda t, ns, x: _json(_kube(t, ns), x, '{ "log": '),
+    lambda t, ns, x: _json(_kube(t, ns), x.replace("Running", "\\u0052unning")),
+    lambda t, ns, x: _json(_kube(t, ns), x.replace("reqs,", 'reqs\\",')),
+    lambda t, ns, x: _json(f"{t:%Y-%m-%dT}25:{t:%M:%S}Z", x),
 )
 
 
@@ -489,7 +507,7 @@ _ODD_WRAPS = (
             st.sampled_from([1, 1, 2]),  # the engine
             st.sampled_from([0, 1, 10, 10, 10, 59, 60, -1, -3600, 86_400]),  # seconds on
             st.integers(0, 999_999_999),  # the wrapper's nanoseconds
-            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5]),  # its shape, or odd (5)
+            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 5, 5, 6]),  # its shape, or odd
             st.sampled_from([10.0, 55.5, 99.9]),  # KV usage
         ),
         min_size=1,
@@ -503,14 +521,15 @@ def test_stats_lines_a_wrapper_stamped_roll_up_as_line_by_line(
 ) -> None:
     # The stamp `kubectl logs --timestamps` puts before each line times it (rollup's
     # minute holds its zone, its seconds its fraction): seconds that go back inside a
-    # second, zones, fractions of any length or none, a CRI file's `stdout F`, and
-    # stamps the lane leaves to line by line, at block sizes that cut minutes anywhere.
+    # second, zones, fractions of any length or none, a CRI file's `stdout F`, Docker's
+    # json-file records, and wrappings the lane leaves to line by line, at block sizes
+    # that cut minutes anywhere.
     t = datetime(2025, 12, 31, 23, 50, 0)
     lines: list[str] = []
     for pid, delta, ns, shape, kv in steps:
         t += timedelta(seconds=delta)
         wrap = _WRAPS[shape] if shape < len(_WRAPS) else rng.choice(_ODD_WRAPS)
-        lines.append(f"{wrap(t, ns)} {_engine_line(pid, t, len(lines) % 7, 0, kv)}")
+        lines.append(wrap(t, ns, _engine_line(pid, t, len(lines) % 7, 0, kv)))
     _assert_lines_exact(lines, block)
 
 
@@ -525,14 +544,20 @@ def test_generated_logs_a_wrapper_stamped_through_the_lane_match_line_by_line(
     plain = tmp_path / "plain.log"
     with plain.open("wb") as f:
         _bench_generator().PROFILES[profile](f, 600_000, 3)
-    path = tmp_path / f"{profile}.log"
-    path.write_text(_kubectl_stamped(plain.read_text(encoding="utf-8"), 3), encoding="utf-8")
-    rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
-    on, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
-    assert sum(taken) >= len(taken) - 2 and len(taken) > 8
-    assert all(h.ts_wrapper is not None and h.ts_wrapper.kind == "iso" for h in on.hits)
-    if profile.startswith("sglang"):
-        assert {h.proc for h in on.hits} >= {"TP0"}
+    stamped = _kubectl_stamped(plain.read_text(encoding="utf-8"), 3)
+    # (and each line a record of Docker's json-file log, its stamp the record's `time`)
+    for way, text in (("kubectl", stamped), ("docker", _docker_json(stamped))):
+        path = tmp_path / f"{profile}.{way}.log"
+        path.write_text(text, encoding="utf-8")
+        rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
+        on, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
+        # (Docker escapes a retraction's `->` as `-\u003e`: those lines, and their
+        # blocks, go line by line)
+        if way == "kubectl" or "thrash" not in profile:
+            assert sum(taken) >= len(taken) - 2 and len(taken) > 8
+        assert all(h.ts_wrapper is not None and h.ts_wrapper.kind == "iso" for h in on.hits)
+        if profile.startswith("sglang"):
+            assert {h.proc for h in on.hits} >= {"TP0"}
 
 
 def test_a_block_of_kubectl_stamped_stats_lines_goes_the_plain_lanes_way(

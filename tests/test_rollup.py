@@ -877,6 +877,20 @@ def _kubectl_stamped(text: str, seed: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _docker_json(stamped: str) -> str:
+    """_kubectl_stamped's lines as records of Docker's json-file log: the line its
+    `log`, the stamp its `time`, written as Go's encoder writes them (`<`, `>` and `&`
+    escaped)."""
+    out = []
+    for line in stamped.splitlines():
+        pod = line[: line.index("] ") + 2] if line.startswith("[pod/") else ""
+        stamp, text = line[len(pod) :].split(" ", 1)
+        record = {"log": pod + text + "\n", "stream": "stderr", "time": stamp}
+        dumped = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        out.append(dumped.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+    return "\n".join(out) + "\n"
+
+
 @pytest.mark.parametrize("engine", ["sglang", "v0"])
 @pytest.mark.parametrize("seed", range(3))
 def test_a_wrapper_stamps_each_ranks_copy_apart_and_it_counts_once(
@@ -890,6 +904,9 @@ def test_a_wrapper_stamps_each_ranks_copy_apart_and_it_counts_once(
     plain.write_text(_preempting(seed, engine, back=0.0, split=0.0))
     wrapped = tmp_path / "wrapped.log"
     wrapped.write_text(_kubectl_stamped(plain.read_text(), seed))
+    # (and as Docker's json-file log keeps them: the stamp in each record's `time`)
+    docker = tmp_path / "docker.log"
+    docker.write_text(_docker_json(wrapped.read_text()))
     for window in (60, 3600):
         got = [
             [
@@ -897,11 +914,13 @@ def test_a_wrapper_stamps_each_ranks_copy_apart_and_it_counts_once(
                 for e in _run([p], False, window_seconds=window).events
                 if e.kind is Kind.PREEMPTION
             ]
-            for p in (plain, wrapped)
+            for p in (plain, wrapped, docker)
         ]
-        assert sum(n for n, _ in got[1]) == sum(n for n, _ in got[0]) > 20
-        assert sum(k for _, k in got[1]) == sum(k for _, k in got[0])
+        for other in got[1:]:
+            assert sum(n for n, _ in other) == sum(n for n, _ in got[0]) > 20
+            assert sum(k for _, k in other) == sum(k for _, k in got[0])
         _assert_same_report([wrapped], window_seconds=window)
+        _assert_same_report([docker], window_seconds=window)
 
 
 def test_data_parallel_ranks_retract_on_their_own(tmp_path: Path) -> None:

@@ -29,7 +29,10 @@ line-by-line scan gives:
 - Each line is a head followed by a plain match, or any other line. The head may come
   after a wrapper's RFC 3339 stamp (_WRAP: `kubectl logs --timestamps`, `docker logs
   -t`, a CRI log file), which normalise takes off, and SGLang's bracket after it
-  (lines.normalise); the stamp is then the hit's wrapper stamp and times the line
+  (lines.normalise), or the line may be the `log` of a record of Docker's json-file
+  log that JSON escapes nothing in (_JSON_PRE, _JSON_POST: normalise's json.loads
+  gives the line, and the record's `time` as its stamp); the stamp is then the hit's
+  wrapper stamp and times the line
   (rollup.stamp_of's minute holds its zone, its seconds the fraction; one zone a
   block). The polars lane reads no such line; once the stamp is off, its argument
   holds for them as for bare lines. vLLM's: its head
@@ -134,15 +137,17 @@ SGLANG_SIGS = ("sglang.stats.decode", "sglang.stats.prefill")
 # in their place, as its hits would be (RollupSink.add_preemption: a minute's are one
 # rollup), with no hit made unless a rollup keeps the line.
 SGLANG_PREEMPTION_SIGS = ("sglang.retract",)
-# (sglang, wrapped, ids): vLLM's lines also with the stamp `kubectl logs --timestamps`
-# or `docker logs -t` puts in front of each (_WRAP), which times them.
-_GROUPS = (
-    (False, False, ("vllm.v1.stats",)),
-    (False, False, ("vllm.v0.stats",)),
-    (True, False, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
-    (False, True, ("vllm.v1.stats",)),
-    (False, True, ("vllm.v0.stats",)),
-    (True, True, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
+# (sglang, wrapper, ids): the lines bare, with the stamp `kubectl logs --timestamps` or
+# `docker logs -t` puts in front of each (`stamp`: _WRAP), or each a record of Docker's
+# json-file log (`json`: _JSON), whose stamp times them.
+_GROUPS = tuple(
+    (sglang, wrap, ids)
+    for wrap in ("", "stamp", "json")
+    for sglang, ids in (
+        (False, ("vllm.v1.stats",)),
+        (False, ("vllm.v0.stats",)),
+        (True, (*SGLANG_SIGS, *SGLANG_PREEMPTION_SIGS)),
+    )
 )
 # bulk._HEAD at INFO (a stats line's level), with the line captured whole, its process
 # and the `[` before the file optional: V0's is `INFO MM-DD HH:MM:SS metrics.py:396] `.
@@ -155,10 +160,19 @@ _HEAD = (
 # nanoseconds) or of a CRI log file (`stdout F` after it), here with a `T`, seconds and
 # a zone of `Z` or `+HH:MM` (rollup.stamp_of's minute then holds the zone: one a block,
 # _Block.of). Any other goes the other ways.
-_WRAP = (
-    r"(?P<lane_pre>(?P<lane_wrap>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
-    r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2}))(?: +(?:stdout|stderr) +[FP])? +)"
+_STAMP = (
+    r"(?P<lane_wrap>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2}))"
 )
+_WRAP = rf"(?P<lane_pre>{_STAMP}(?: +(?:stdout|stderr) +[FP])? +)"
+# A record of Docker's json-file log (/var/lib/docker/containers/*/*-json.log) as
+# lines.normalise reads it (json.loads: the line is its `log` less its newline, the
+# stamp its `time`), in the order and the keys Docker writes; a line that JSON
+# escapes anything in (a `\` or `"`) is no plain line (_Block.of).
+_JSON_PRE = r'(?P<lane_pre>\{"log":")'
+_JSON_POST = rf'(?P<lane_post>\\n","stream":"(?:stdout|stderr)","time":"{_STAMP}"\}})'
+# The text around a line each way (_Shape): before it, after it.
+_AROUND = {"": ("", ""), "stamp": (_WRAP, ""), "json": (_JSON_PRE, _JSON_POST)}
 # SGLang's head as lines.normalise takes it off (lane._SG_HEAD: no fraction in the
 # stamp, one space after it), its rank in lane_proc.
 _SG_HEAD = (
@@ -195,30 +209,35 @@ class _Shape:
         sigs: tuple[Signature, ...],
         bodies: tuple[str, ...],
         sglang: bool,
-        wrapped: bool = False,
+        wrap: str = "",
     ) -> None:
-        self.sigs, self.sglang, self.wrapped = sigs, sglang, wrapped
+        self.sigs, self.sglang, self.wrap = sigs, sglang, wrap
+        pre, post = _AROUND[wrap]
         if sglang:
             alts = "|".join(
                 f"(?P<lane_m{j}>{_GROUP.sub(partial(_renamed, j), body)})"
                 for j, body in enumerate(bodies)
             )
-            line = rf"(?P<lane_line>{_SG_HEAD}(?P<lane_rec>{alts}))$"
-            if wrapped:
-                line = _WRAP + line
+            line = rf"{pre}(?P<lane_line>{_SG_HEAD}(?P<lane_rec>{alts})){post}$"
         else:
             (body,) = bodies
-            line = rf"(?P<lane_line>{_HEAD}(?P<lane_m0>{body}))(?P<lane_tail>[^\n]*)"
-            if wrapped:
-                line = _WRAP + line
+            # (what follows the match: empty on a plain line; in a JSON record, the
+            # text up to the record's end)
+            tail = r"(?P<lane_tail>[^\n]*?)" if post else r"(?P<lane_tail>[^\n]*)"
+            line = rf"{pre}(?P<lane_line>{_HEAD}(?P<lane_m0>{body})){tail}{post}"
+            if post:
+                line += "$"
         self.regex = re.compile(rf"^(?:{line}|(?P<lane_other>[^\n]*))", re.M)
         at = {name: k - 1 for name, k in self.regex.groupindex.items()}
         self.line, self.other, self.proc, self.ts = (
             at[f"lane_{k}"] for k in ("line", "other", "proc", "ts")
         )
         self.tail = at.get("lane_tail")
-        # (a wrapped line's wrapper stamp, and it with the spaces after it)
-        self.wrap, self.wrap_pre = at.get("lane_wrap"), at.get("lane_pre")
+        # (a wrapped line's wrapper stamp; the text before and after the line)
+        self.stamp, self.around = (
+            at.get("lane_wrap"),
+            [at[k] for k in ("lane_pre", "lane_post") if k in at],
+        )
         self.rec = at.get("lane_rec", self.line)  # (the record: vLLM's is the line)
         self.m = [at[f"lane_m{j}"] for j in range(len(sigs))]
         name = "s{j}_{f}" if sglang else "{f}"
@@ -232,7 +251,7 @@ class _Shape:
         # found, by its stats lines)
         self.literals = tuple(sig.prefilter[0] for sig in sigs if sig.kind is Kind.STATS)
         # (where the hour is in a stamp; how much of a minute names its clock)
-        self.at, self.clock = (11, 10) if sglang or wrapped else (6, 5)
+        self.at, self.clock = (11, 10) if sglang or wrap else (6, 5)
 
 
 # By the signatures' ids (a Signature holds dicts: no hash); the signatures are kept
@@ -240,15 +259,15 @@ class _Shape:
 _SHAPES: dict[tuple[object, ...], tuple[tuple[Signature, ...], _Shape | None]] = {}
 
 
-def _shape(sigs: tuple[Signature, ...], sglang: bool, wrapped: bool) -> _Shape | None:
-    key = (*map(id, sigs), wrapped)
+def _shape(sigs: tuple[Signature, ...], sglang: bool, wrap: str) -> _Shape | None:
+    key = (*map(id, sigs), wrap)
     got = _SHAPES.get(key)
     if got is None:
-        got = _SHAPES[key] = (sigs, _made(sigs, sglang, wrapped))
+        got = _SHAPES[key] = (sigs, _made(sigs, sglang, wrap))
     return got[1]
 
 
-def _made(sigs: tuple[Signature, ...], sglang: bool, wrapped: bool) -> _Shape | None:
+def _made(sigs: tuple[Signature, ...], sglang: bool, wrap: str) -> _Shape | None:
     # (its ASCII spelling: the same matches on ASCII text, and `re` reads it as
     # `regex` does; not rust_ok, which would import polars)
     bodies = []
@@ -264,7 +283,7 @@ def _made(sigs: tuple[Signature, ...], sglang: bool, wrapped: bool) -> _Shape | 
             return None
         bodies.append(body)
     try:
-        return _Shape(sigs, tuple(bodies), sglang, wrapped)
+        return _Shape(sigs, tuple(bodies), sglang, wrap)
     except re.error:
         return None
 
@@ -283,8 +302,8 @@ def _shapes(matcher: Matcher) -> tuple[_Shape, ...]:
     if got is None:
         by_id = {s.id: s for s in matcher.sigs if s.builtin}
         made = (
-            _shape(tuple(by_id[i] for i in ids if i in by_id), sglang, wrapped)
-            for sglang, wrapped, ids in _GROUPS
+            _shape(tuple(by_id[i] for i in ids if i in by_id), sglang, wrap)
+            for sglang, wrap, ids in _GROUPS
             if any(i in by_id for i in ids)
         )
         got = _PLAIN[matcher] = tuple(s for s in made if s is not None)
@@ -357,7 +376,7 @@ def take(
     preempting: list[_Block] = []
     for j, rows, index in sets:
         block = _Block.of(shape, j, rows, index, first_line)
-        whole = text if index is None and not shape.wrapped else None
+        whole = text if index is None and not shape.wrap else None
         if block is None or not _alone(matcher, block, whole):
             return None
         if block.rows.sig.kind is Kind.PREEMPTION:
@@ -433,12 +452,9 @@ def _lines(
     if len(cands) > MAX_ODD:
         return None
     starts = [0]
-    pre = shape.wrap_pre
+    around = shape.around
     for g in got:
-        if g[line] is None:
-            size = len(g[other])
-        else:
-            size = len(g[line]) + (0 if pre is None else len(g[pre]))
+        size = len(g[other]) if g[line] is None else len(g[line]) + sum(len(g[k]) for k in around)
         starts.append(starts[-1] + 1 + size)
     return shape, sets, [(k, starts[k], got[k][other]) for k in cands]
 
@@ -624,10 +640,12 @@ class _Block:
             typed[name] = list(map(conv.__getitem__, raw))
         ts: list[str] = list(cols[shape.ts])  # (a plain line's stamp: never None)
         zone: str | None = None
-        if shape.wrap is not None:
+        if shape.wrap == "json" and any("\\" in t or '"' in t for t in cols[shape.line]):
+            return None  # (JSON escaped something: the record's text is not the line's)
+        if shape.stamp is not None:
             # (timed by the wrapper's stamp: rollup.stamp_of's minute, its zone after
             # it, and seconds, `,` read as `.`)
-            stamps: list[str] = list(cols[shape.wrap])
+            stamps: list[str] = list(cols[shape.stamp])
             zone = _zone(stamps)
             if zone is None:
                 return None

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_equivalence import _bench_generator
 from test_lane import _plain_log, _replayed_engine_log
-from test_rollup import _interleaved
+from test_rollup import _docker_json, _interleaved
 
 import preemptdiag.commands.analyze as analyze
 import preemptdiag.diagnose.rules as rules
@@ -556,8 +556,10 @@ def _kubectl(lines: Iterable[str], zone: str, seed: int) -> list[str]:
         ("+05:30", ("--tz", "America/New_York")),
         ("-03:00", ("--window", "300")),
         ("Z", ("--since", "2026-10-25T01:00", "--until", "2026-10-25T02:30")),
+        # each line a record of Docker's json-file log, the stamp its `time`
+        ("json", ("--tz", "Europe/Berlin", "--window", "120")),
     ],
-    ids=["utc", "named-tz", "cri-offset", "window", "since-until"],
+    ids=["utc", "named-tz", "cri-offset", "window", "since-until", "docker-json"],
 )
 def test_a_wrapper_stamped_log_keeps_its_calm_minutes(
     zone: str,
@@ -569,13 +571,18 @@ def test_a_wrapper_stamped_log_keeps_its_calm_minutes(
     # `kubectl logs --timestamps`, `docker logs -t`: every line's wrapper stamp times
     # it, with a zone and nanoseconds. Their minutes were all events: 10 days of stats
     # lines so stamped were 8.6 s and 167 MiB, against 1.3 s and 48 MiB unstamped.
+    def stamped(lines: Iterable[str], seed: int) -> list[str]:
+        if zone != "json":
+            return _kubectl(lines, zone, seed)
+        return _docker_json("\n".join(_kubectl(lines, "Z", seed))).splitlines()
+
     day = _day(4, datetime(2026, 10, 24, 22, 0), 6, 2)
-    path = _write(tmp_path / "kubectl.log", _kubectl(day, zone, 4))
+    path = _write(tmp_path / "kubectl.log", stamped(day, 4))
     spy = _assert_same([path], monkeypatch, capsys, *args, block=1 << 18)
     assert spy.placed > 100 and not spy.gave_up
     # SGLang's decode lines of two ranks, its rank read from under the stamp
     start = datetime(2026, 10, 24, 22, 0, tzinfo=UTC)
-    path = _write(tmp_path / "sglang.log", _kubectl(_walled("UTC", start, 4, True), zone, 5))
+    path = _write(tmp_path / "sglang.log", stamped(_walled("UTC", start, 4, True), 5))
     spy = _assert_same([path], monkeypatch, capsys, *args, block=1 << 18)
     assert spy.placed > 100 and not spy.gave_up
 
