@@ -910,16 +910,13 @@ def _record(r: _Rows, i: int) -> _Record:
     text, ts = r.texts[i], r.ts[i]
     stamp_text = r.wrapper[i] if r.wrapper is not None else None
     last = _LAST
-    same = last is not None and last.text == text and last.sig is r.sig
-    if (
-        same
-        and last is not None
-        and last.wrapper_text == stamp_text
-        and (last.wrapper is None or last.wrapper.kind == r.wrapper_kind)
-        and last.ts == ts
-    ):
-        return last
-    if same and last is not None:
+    if last is not None and last.text == text and last.sig is r.sig:
+        if (
+            last.wrapper_text == stamp_text
+            and (last.wrapper is None or last.wrapper.kind == r.wrapper_kind)
+            and last.ts == ts
+        ):
+            return last
         fields, key = last.fields, last.key
     else:
         fields = _fields(r, i)

@@ -31,11 +31,10 @@ line-by-line scan gives:
   -t`, a CRI log file), which normalise takes off, and SGLang's bracket after it
   (lines.normalise), or the line may be the `log` of a record of Docker's json-file
   log that JSON escapes nothing in (_JSON_PRE, _JSON_POST: normalise's json.loads
-  gives the line, and the record's `time` as its stamp); the stamp is then the hit's
-  wrapper stamp and times the line
-  (rollup.stamp_of's minute holds its zone, its seconds the fraction; one zone a
-  block). The polars lane reads no such line; once the stamp is off, its argument
-  holds for them as for bare lines. vLLM's: its head
+  gives the line, and the record's `time` as its stamp). The stamp is then the hit's
+  wrapper stamp and times the line (rollup.stamp_of's minute holds its zone, its
+  seconds the fraction; one zone a block). The polars lane reads no such line; once
+  the stamp is off, its argument holds for them as for bare lines. vLLM's: its head
   at INFO (bulk._HEAD's groups, or V0's `INFO MM-DD HH:MM:SS metrics.py:396] ` with no
   process name) and one match of the V1 or V0 stats pattern that runs to the line's
   end (one signature a block: a mix goes line by line). (V0's lines are the polars
@@ -139,7 +138,7 @@ SGLANG_SIGS = ("sglang.stats.decode", "sglang.stats.prefill")
 SGLANG_PREEMPTION_SIGS = ("sglang.retract",)
 # (sglang, wrapper, ids): the lines bare, with the stamp `kubectl logs --timestamps` or
 # `docker logs -t` puts in front of each (`stamp`: _WRAP), or each a record of Docker's
-# json-file log (`json`: _JSON), whose stamp times them.
+# json-file log (`json`: _JSON_PRE, _JSON_POST), whose stamp times them.
 _GROUPS = tuple(
     (sglang, wrap, ids)
     for wrap in ("", "stamp", "json")

@@ -1185,8 +1185,8 @@ class CalmRun(ReadRun):
     _rows: CalmRows  # (without its frame)
     _c: tuple[Sequence[Any], ...]  # keeps_of(): _KEPT's columns, then the peak line's fields
     _m: _Texts
-    # hour, minute, the peak line's microseconds into it: the frame's columns (spilled, opened when read: an
-    # opened array held a run's life was 3 bytes a window)
+    # hour, minute, the peak line's microseconds into it: the frame's columns (spilled,
+    # opened when read: an opened array held a run's life was 3 bytes a window)
     _clock: tuple[Sequence[Any], Sequence[Any], Sequence[Any]]
     _where: Sequence[int]  # each window's row in the frame (a range: the usual)
     _replicas: str | Repeats  # (one replica: the usual)
