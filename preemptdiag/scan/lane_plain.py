@@ -108,6 +108,7 @@ from preemptdiag.scan.rollup import (
     RUNNING,
     STREAM_FIELDS,
     WAITING,
+    _instant,
     snap6,
     stamp,
     stamp_of,
@@ -1286,7 +1287,6 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
     peak = [agg.members[j][agg.peak_at[j]] for j in chosen]
     ts: list[str] = r.ts if r.wrapper is None else r.wrapper  # type: ignore[assignment]
     at = block.shape.at  # (where the hour is in a stamp)
-    us = partial(_micros, at + 6) if block.zone is None else partial(_micros_wrapped, block.zone)
 
     def take(values: Sequence[Any], which: list[int]) -> list[Any]:
         return [values[i] for i in which]
@@ -1297,13 +1297,12 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         return values if every else [values[j] for j in chosen]
 
     stamp_first = take(ts, first)
-    stamp_peak = take(ts, peak)
     swapped, waiting = r.typed.get("swapped"), r.typed.get("waiting")
     cols: dict[str, tuple[str, list[Any]]] = {
         "first_line": ("q", take(r.lineno, first)),
-        "first_us": ("q", us(stamp_first)),
+        "first_us": ("q", _micros(take(block.secs, first))),
         "last_line": ("q", take(r.lineno, last)),
-        "last_us": ("q", us(take(ts, last))),
+        "last_us": ("q", _micros(take(block.secs, last))),
         "last_pos": ("q", _starts_at(r.start, last)),
         "day": ("s", [t[: at - 1] for t in stamp_first]),
         "hour": ("q", [int(t[at : at + 2]) for t in stamp_first]),
@@ -1319,7 +1318,7 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
         "peak_line": ("q", take(r.lineno, peak)),
         "peak_pos": ("q", _starts_at(r.start, peak)),
         "peak_text": ("s", take(r.texts, peak)),
-        "peak_us": ("q", us(stamp_peak)),
+        "peak_us": ("q", _micros(take(block.secs, peak))),
         "peak_proc": ("s", take(r.proc, peak)),
     }
     for k, name in enumerate(AGG_FIELDS):
@@ -1339,20 +1338,13 @@ def _calm_rows(source: str, block: _Block, agg: _Aggs, chosen: list[int]) -> Cal
 _US = 1_000_000
 
 
-def _micros(at: int, stamps: list[str]) -> list[int]:
-    """Each engine stamp's (or SGLang's) microseconds into its minute: its seconds
-    (two digits at `at`)."""
-    return [int(t[at : at + 2]) * _US for t in stamps]
-
-
-def _micros_wrapped(zone: str, stamps: list[str]) -> list[int]:
-    """Each wrapper stamp's (_WRAP's, in `zone`) microseconds into its minute, as
-    timeparse.parse_iso reads its fraction: its first six digits."""
-    end = -len(zone)
-    return [
-        int(t[17:19]) * _US + (int((t[20:end] + "00000")[:6]) if len(t) > 19 - end else 0)
-        for t in stamps
-    ]
+def _micros(secs: list[str]) -> list[int]:
+    """Each line's microseconds into its minute from its seconds as Builder has them
+    (_Block.secs: `SS`, a wrapper stamp's `SS.fffffffff`), as rollup._instant reads
+    them (whole seconds, the usual, without it)."""
+    if all(len(t) == 2 for t in secs):
+        return [int(t) * _US for t in secs]
+    return [s * _US + us for s, us in map(_instant, secs)]
 
 
 _KIND = {
