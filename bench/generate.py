@@ -575,6 +575,7 @@ def generate_stats(
     busy: bool = False,
     v0: bool = False,
     stamped: bool = False,
+    pinned: bool = False,
 ) -> int:
     """A healthy V1 server with request logging off, as a long-running one prints:
     its start-up lines, then one stats line every 10 s and nothing else: `size` //
@@ -587,7 +588,11 @@ def generate_stats(
     queueing): the same lines, none of them a healthy minute's. `v0`: a V0 server's
     (0.6.x: `INFO MM-DD HH:MM:SS metrics.py:396] ...`, no process name), at V1's
     interval. `stamped`: each line with a kubectl --timestamps stamp in front
-    (StampedWriter): as many lines, ~31 bytes more each."""
+    (StampedWriter): as many lines, ~31 bytes more each. `pinned`: a server at its cap
+    with its KV pool at 90-100 % the whole time and requests always waiting, as a V1
+    server under steady load prints it (no preemption shown: V1's stats lines print
+    none): windows at the 95 % pressure threshold are suspected preemption (PD107),
+    the others queueing, in runs of a few minutes."""
     rng = random.Random(seed)
     w = (StampedWriter if stamped else Writer)(out, rng, datetime(2025, 6, 3, 0, 0, 0))
     e = (
@@ -596,9 +601,15 @@ def generate_stats(
         else _v1_engine()
     )
     startup(w, e)
-    ld = Load(running=64 if busy else 12, waiting=8 if busy else 0, kv=20.0)
+    at_cap = busy or pinned
+    ld = Load(running=64 if at_cap else 12, waiting=8 if at_cap else 0, kv=95.0 if pinned else 20.0)
     for _ in range(size // STATS_LINE_BYTES):
         w.now += timedelta(seconds=STATS_EVERY_S)
+        if pinned:
+            ld.waiting = max(1, min(40, ld.waiting + rng.randrange(-3, 4)))
+            ld.kv = max(90.0, min(100.0, ld.kv + rng.uniform(-1.0, 1.0)))
+            stats_line(w, e, ld, 0)
+            continue
         if busy or (v0 and w.now.hour % 2):
             # At the cap: Running stays put, the queue wanders but never empties.
             ld.waiting = max(1, min(40, ld.waiting + rng.randrange(-3, 4)))
@@ -622,6 +633,11 @@ def generate_busy(out: BinaryIO, size: int, seed: int = 0) -> int:
     return generate_stats(out, size, seed, busy=True)
 
 
+def generate_pinned(out: BinaryIO, size: int, seed: int = 0) -> int:
+    """generate_stats of a server with its KV pool pinned and a queue the whole time."""
+    return generate_stats(out, size, seed, pinned=True)
+
+
 def generate_v0_stats(out: BinaryIO, size: int, seed: int = 0) -> int:
     """generate_stats of a V0 server, quiet for an hour, then queueing for an hour."""
     return generate_stats(out, size, seed, v0=True)
@@ -638,6 +654,7 @@ PROFILES = {
     "vllm-stats": generate_stats,
     "vllm-stats-kubectl": generate_stamped,
     "vllm-stats-busy": generate_busy,
+    "vllm-stats-pinned": generate_pinned,
     "vllm-v0-stats": generate_v0_stats,
     "vllm-requests": generate_requests,
     "sglang-thrash": generate_thrash,

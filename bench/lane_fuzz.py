@@ -71,6 +71,8 @@ PROFILES = (
     # every line stamped by `kubectl logs --timestamps` (session 35: the plain lane
     # reads them, timed by that stamp)
     "vllm-stats-kubectl",
+    # the pool pinned and a queue all along: calm minutes at any KV usage (session 36)
+    "vllm-stats-pinned",
 )
 SIZES = (20_000, 60_000, 150_000)
 BLOCKS = (4096, 16384, 65536)

@@ -1,7 +1,7 @@
 """Time preemptdiag against `grep -E -c` on generated vLLM logs; print a Markdown table.
 
     python bench/run.py [--sizes 100MiB,1GiB] [--dense 10MiB] [--gz 100MiB] [--jobs 1,2]
-                        [--spans 1,10,30] [--busy 30] [--v0 30] [--requests 1GiB]
+                        [--spans 1,10,30] [--busy 30] [--pinned 30] [--v0 30] [--requests 1GiB]
                         [--thrash 1,3] [--ways stdin,tz,window,since] [--kubectl 10] [--kubectl-thrash 1]
                         [--repeat 3] [--engines hyperscan,aho,python]
 
@@ -22,6 +22,10 @@ Rows:
 - `N d busy` (`--busy`, days, default 30): the same stats lines of a server at its
   --max-num-seqs cap, requests waiting on every line, nothing preempted
   (--profile vllm-stats-busy): every window queueing, none a healthy minute's.
+- `N d pinned` (`--pinned`, days, default 30): the same stats lines of a server at its
+  cap with its KV pool at 90-100 % and a queue the whole time (--profile
+  vllm-stats-pinned): a V1 server under steady load, as vLLM prints it (no preemption
+  shown), its windows suspected preemption (PD107) or queueing by the minute.
 - `N d V0` (`--v0`, days, default 30): a V0 server's stats lines (`INFO MM-DD HH:MM:SS
   metrics.py:396] ...`, no process name), quiet and queueing by the hour
   (--profile vllm-v0-stats).
@@ -376,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         help="days of a stats-only V1 log of a server queueing on every line",
     )
     ap.add_argument(
+        "--pinned",
+        default="30",
+        help="days of a stats-only V1 log of a server with its KV pool pinned and a queue",
+    )
+    ap.add_argument(
         "--v0",
         default="30",
         help="days of a stats-only V0 log, quiet and queueing by the hour",
@@ -450,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         (span_bytes(float(d)), f"{d} d", "vllm-stats-kubectl") for d in args.kubectl.split(",") if d
     ]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-stats-busy") for d in args.busy.split(",") if d]
+    todo += [
+        (span_bytes(float(d)), f"{d} d", "vllm-stats-pinned") for d in args.pinned.split(",") if d
+    ]
     todo += [(span_bytes(float(d)), f"{d} d", "vllm-v0-stats") for d in args.v0.split(",") if d]
     todo += [(parse_size(s), s, "vllm-requests") for s in args.requests.split(",") if s]
     todo += [(parse_size(s), s, "vllm-gz") for s in args.gz.split(",") if s]
@@ -467,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         "vllm-stats": " stats",
         "vllm-stats-kubectl": " stats, kubectl",
         "vllm-stats-busy": " busy",
+        "vllm-stats-pinned": " pinned",
         "vllm-v0-stats": " V0",
         "vllm-requests": " requests",
         "sglang-thrash": " thrash",

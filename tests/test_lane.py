@@ -105,6 +105,7 @@ def test_samples_and_corpus_through_the_lane_match_line_by_line(
         "vllm",
         "vllm-stats",
         "vllm-stats-busy",
+        "vllm-stats-pinned",
         "vllm-v0-stats",
         "vllm-stats-kubectl",
         "vllm-requests",
@@ -123,8 +124,14 @@ def test_generated_logs_through_the_lane_match_line_by_line(
     # (preemption lines merged too where there are many: as analyze scans them)
     rollup = Rollups.ALL if "thrash" in profile else Rollups.STATS
     _, taken = _assert_lane_exact(path, monkeypatch, block, rollup=rollup)
-    if profile in ("vllm-stats", "vllm-stats-busy", "vllm-v0-stats", "vllm-stats-kubectl"):
-        # a server's stats lines, quiet or queueing, V1's or V0's, or stamped by
+    if profile in (
+        "vllm-stats",
+        "vllm-stats-busy",
+        "vllm-stats-pinned",
+        "vllm-v0-stats",
+        "vllm-stats-kubectl",
+    ):
+        # a server's stats lines, quiet, queueing or pinned, V1's or V0's, or stamped by
         # `kubectl logs --timestamps`: nearly every block is the lane's
         assert sum(taken) >= len(taken) - 2 and len(taken) > 8
     if profile.startswith("sglang"):

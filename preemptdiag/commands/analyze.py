@@ -7,6 +7,7 @@ every format agrees on it.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import threading
 from collections import Counter
@@ -69,6 +70,8 @@ from preemptdiag.timeline.attach import attach_system_sources
 from preemptdiag.timeline.calm import Placed, Weights, place, replicas_of, trimmed, weights
 from preemptdiag.timeline.calm import lines as calm_lines
 from preemptdiag.timeline.calm import lines_of as calm_lines_of
+from preemptdiag.timeline.calm import noted as calm_noted
+from preemptdiag.timeline.calm import pinned as calm_pinned
 from preemptdiag.timeline.calm import windows as calm_windows
 from preemptdiag.timeline.events import TimeContext, build_events, detect_engine, rollup_ends
 from preemptdiag.timeline.knobs import read_facts
@@ -348,6 +351,9 @@ class Again(Enum):
     stand for its lines here."""
 
     CALM = "calm minutes"  # a calm window shares its window with an event
+    # a calm minute at the KV pressure threshold where a V0 counter's delta may be
+    # spread onto it (windows.spread_counter_deltas)
+    PINNED = "calm minutes at the KV pressure threshold"
     ROLLUPS = "rollups and calm minutes"  # a late V1 count reads every stats line
     # copies of preemption lines across a rollup's edges, or an engine start among
     # its lines (events.build_events' doubts)
@@ -360,6 +366,12 @@ class Again(Enum):
 # streamed once, ingest/spool.py) its spans are read a minute at a time, and the report
 # says so (_LATE_ROLLED). A month of stats lines one by one was ~30 s and ~400 MiB.
 LINE_BY_LINE_MAX_BYTES = 64 << 20
+# The KV usage calm minutes stay under: none, at first. A month of a server with its
+# pool pinned and a queue (the usual under steady load) was ~180 MiB and ~9 s as
+# events; as calm minutes, PD107 classifies them (window_rules.calm_judge). Where a V0
+# counter's delta may be spread onto them, analyze scans again with the pressure
+# threshold as the limit (Again.PINNED).
+CALM_KV = math.inf
 LINE_BY_LINE_MAX_LINES = 20_000
 
 
@@ -386,6 +398,9 @@ def _judge(
             or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
     info = detect_engine(events, calm_lines(counted))
+    counters = {e.replica for e in events if isinstance(e.fields.get("cumulative"), int)}
+    if counters and calm_pinned(calm, counters, opts.thresholds.kv_pressure_pct):
+        return Again.PINNED
     vis = preemption_visibility(events, info)
     built = build_windows(
         events,
@@ -411,9 +426,9 @@ def _judge(
         info.generation,
     )
     if calm:
-        # (classified as they are made: healthy, queueing or a stall, and a calm window
-        # between two benign ones in time leaves them no run of consecutive windows,
-        # rules.classify)
+        # (classified as they are made: suspected, a stall, queueing or healthy, and a
+        # calm window between two benign ones in time leaves them no run of consecutive
+        # windows, rules.classify)
         judge = calm_judge(vis, opts.thresholds)
         merged = calm_windows(calm, windows, opts.window_seconds, judge)
         if merged is None:
@@ -482,7 +497,7 @@ def _analysed(
     logs = [s for s in sources if not looks_like_prometheus(s.head)]
     proms = [s for s in sources if looks_like_prometheus(s.head)]
     rollup = Rollups.ALL if opts.rollup and _rollup_exact(opts) else Rollups.NONE
-    calm_kv = opts.thresholds.kv_pressure_pct if rollup and _calm_exact(opts, logs, proms) else None
+    calm_kv = CALM_KV if rollup and _calm_exact(opts, logs, proms) else None
     window = _calm_window(opts)
     matcher = Matcher(sigs)
     # The scan makes no reference cycles (tests/test_scan.py checks every shipped and
@@ -513,6 +528,11 @@ def _analysed(
                 # start among its lines, out of time order (events.build_events).
                 assert rollup & Rollups.PREEMPTIONS
                 rollup = Rollups.STATS
+            elif done is Again.PINNED:
+                # A V0 counter's delta is spread onto windows with KV pinned: a minute
+                # at the pressure threshold is no calm minute.
+                assert calm_kv is not None
+                calm_kv = opts.thresholds.kv_pressure_pct
             elif done is Again.CALM:
                 # Calm minutes (timeline/calm.py): as they all would have been, events.
                 assert calm_kv is not None
@@ -601,10 +621,12 @@ def _judged(
     # engine, as its events do, whatever --since/--until keep)
     counted = weights(calm)
     aside = 0  # (the lines of the calm minutes --since/--until leave out)
+    kept: list[Event] = []  # (what the notes read of the calm minutes kept)
     if since or until:
         aside = sum(p.lines for p in calm)
         calm = trimmed(calm, since, until)
         aside -= sum(p.lines for p in calm)
+        kept = calm_noted(calm)
     j = _judge(
         unfiltered, opts, since, until, calm, weights(calm) if aside else counted, again, aside
     )
@@ -622,13 +644,14 @@ def _judged(
     redactor = Redactor(enabled=opts.redact)
     v = replace(v, evidence=_redact_events(v.evidence, redactor))
     windows = _redact_windows(windows, redactor)
-    notes.extend(visibility_notes(events, results, v, vis.reason, info.generation))
+    # (a range may keep calm minutes and no event of their replica's stats lines)
+    notes.extend(visibility_notes([*events, *kept], results, v, vis.reason, info.generation))
     if _late_rolled(vis, events):
         notes.append(_LATE_ROLLED)
     notes.extend(alignment_notes(dated, opts.time))
     notes.extend(replica_notes(windows, opts.fail_on))
     notes.extend(spread_notes(windows))
-    notes.extend(engine_notes(events))
+    notes.extend(engine_notes([*events, *kept]))
     stats = _scan_stats(results, logs, proms)
     if store is not None:
         stats = replace(

@@ -177,17 +177,18 @@ def suspected_preemption(w: Window, thr: Thresholds, vis: Visibility) -> Window 
     unseen = vis.unseen(w)
     if not (kv_hot and waiting > 0 and unseen is not None):
         return None
+    return _set(
+        w, Class.INSUFFICIENT_EVIDENCE, Confidence.LOW, _suspected_why(w.kv_max, waiting, unseen)
+    )
+
+
+def _suspected_why(kv_max: float | None, waiting: int, unseen: str) -> str:
     why = (
         "this log cannot show preemptions"
         if unseen == BLIND
         else "no count settles it (V1 counts a preemption only when its request runs again)"
     )
-    return _set(
-        w,
-        Class.INSUFFICIENT_EVIDENCE,
-        Confidence.LOW,
-        f"KV {fmt(w.kv_max, '%')} with {waiting} waiting, but {why} (suspected)",
-    )
+    return f"KV {fmt(kv_max, '%')} with {waiting} waiting, but {why} (suspected)"
 
 
 def stall(w: Window, thr: Thresholds, vis: Visibility) -> Window | None:
@@ -269,10 +270,11 @@ CalmJudge = Callable[
 
 def calm_judge(vis: Visibility, thr: Thresholds) -> CalmJudge:
     """What the rules make of a calm window (timeline/calm.py: stats lines alone, every
-    one saying how many wait, nothing preempted, KV under the pressure threshold: no
-    rule before PD108 takes it; PD108, PD109 or PD110 does): its class, confidence and
-    why from its replica, start, end, stats lines, KV max, Waiting max and share and
-    Running max. A month of them is not made and then evolved.
+    one saying how many wait, nothing preempted: no rule before PD107 takes it; PD107,
+    where its KV reaches the pressure threshold, PD108, PD109 or PD110 does): its
+    class, confidence and why from its replica, start, end, stats lines, KV max,
+    Waiting max and share and Running max. A month of them is not made and then
+    evolved.
     tests/diagnose/test_window_rules_calm.py holds it to classify_window."""
     # (a month of windows says a few hundred things: each made once)
     said: dict[tuple[Any, ...], CalmJudgement] = {}
@@ -313,8 +315,11 @@ def _calm_judged(
     queued: bool,  # Waiting > 0 in at least queue_min_share of its lines
     runs: bool,  # Running > 0 in one of them
 ) -> CalmJudgement:
-    """stall, queueing and healthy (PD108-PD110) of a window of these numbers."""
+    """suspected preemption, stall, queueing and healthy (PD107-PD110) of a window of
+    these numbers."""
     waiting = waiting_max or 0
+    if kv_max is not None and kv_max >= thr.kv_pressure_pct and waiting > 0 and unseen is not None:
+        return Class.INSUFFICIENT_EVIDENCE, Confidence.LOW, _suspected_why(kv_max, waiting, unseen)
     if waiting > 0 and not runs and (kv_max or 0.0) < thr.stall_kv_pct:
         return Class.INSUFFICIENT_EVIDENCE, Confidence.MEDIUM, _stall_why(waiting, kv_max)
     conf, seen = _quiet_confidence(unseen, n_stats)

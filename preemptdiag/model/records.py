@@ -149,8 +149,8 @@ class Hit:
 
 # The columns of CalmRows.frame, in this order (then `f_<field>` for each of the
 # signature's fields, the peak line's values): what the scan keeps of a calm minute
-# (a stream's clock minute of stats lines in which every line says how many wait,
-# nothing is preempted and KV stays under the pressure threshold).
+# (a stream's clock minute of stats lines in which every line says how many wait and
+# nothing is preempted, at any KV usage but where analyze asks for a limit).
 # sum_/cnt_/max_ go through AGG_FIELDS (scan/rollup.py) in its order.
 CALM_AGG_FIELDS = ("kv_usage", "running", "waiting", "swapped", "prompt_tput", "gen_tput")
 CALM_MEANS = ("kv_usage", "running", "prompt_tput", "gen_tput")
@@ -698,6 +698,9 @@ class CalmRows:
     # The zone of the RFC 3339 stamp a wrapper put on each line (`kubectl logs
     # --timestamps`: `Z`), which times the minutes; None where they are the engine's.
     zone: str | None = None
+    # Its lines' times read on a named --tz's clock (calm.place), which events give in
+    # UTC (events._in_utc): its evidence shows them so, as the line's event would.
+    utc: bool = False
 
     @property
     def height(self) -> int:

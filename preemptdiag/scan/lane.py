@@ -1054,9 +1054,10 @@ def _calm_segments(
     says how many wait, none preempted or carries a preemption count (V1's
     `Preemptions:` makes every stats line a read of a late counter:
     diagnose/visibility.py), no V0 cumulative counter, KV under
-    `kv_limit` (no V0 counter delta is spread onto such a window: windows.py). Such a
-    window is healthy, queueing or a stall whatever else the log holds, by its own
-    numbers: no rule before PD108 can take it (window_rules.calm_judge).
+    `kv_limit` (analyze.CALM_KV: none, but where a V0 counter delta may be spread onto
+    such a window, windows.py). Such a window is suspected preemption, a stall,
+    queueing or healthy whatever else the log holds, by its own numbers: no rule
+    before PD107 can take it (window_rules.calm_judge).
     Not: the first segment of each clock in the block that is no edge (a calm minute
     is dated by the hit before it: timeline/calm.py), nor one in a clock minute that
     anything else of the block is in (an edge, another segment, an odd line): a window

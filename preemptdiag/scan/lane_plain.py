@@ -1231,7 +1231,7 @@ class _Aggs:
     def quiet(self, block: _Block, kv_limit: float) -> list[int]:
         """lane._calm_segments' test: no line preempted or carries a preemption count
         (a stream's lines all do or none), every line says how many wait, KV under the
-        limit. The segments' positions."""
+        limit (analyze.CALM_KV). The segments' positions."""
         counted = block.rows.typed.get("preemptions")
         out = []
         for j, (m, k) in enumerate(zip(self.members, self.n, strict=True)):

@@ -1,12 +1,13 @@
 """Calm minutes -> windows, without a hit, an event or a rollup each.
 
 A month of a server's log is 43,200 stream-minutes of stats lines in which nothing is
-preempted and KV stays under pressure, whether requests wait (a server at its cap) or
-not. scan/lane.py keeps such a minute as a row of numbers (records.CalmRows, a frame a
-block); here each gets its time and replica from the hit before it in its file (its
-anchor: the lane makes the first segment of every clock a hit), and the minutes of one
-window become that window, as build_windows aggregates their lines, classified as it
-is made from its numbers (healthy, queueing or a stall: PD108-PD110,
+preempted, whether requests wait (a server at its cap) or not, and whatever its KV
+usage (a pool pinned under steady load). scan/lane.py keeps such a minute as a row of
+numbers (records.CalmRows, a frame a block); here each gets its time and replica from
+the hit before it in its file (its anchor: the lane makes the first segment of every
+clock a hit), and the minutes of one window become that window, as build_windows
+aggregates their lines, classified as it is made from its numbers (suspected
+preemption, a stall, queueing or healthy: PD107-PD110,
 window_rules.calm_judge). Its row is read once, then, and its frame let go: a
 frame's windows of one minute (the usual) are a CalmRun, the columns they read, each
 window (a CalmWindow) made only when it is read, and its evidence event only when that
@@ -24,7 +25,10 @@ year-less log is moved back a year by its last stamp: events.resolve_times) or b
 every one (lines out of order: its replica's first time is its events' first).
 `windows` gives None when a calm window shares its (replica, start) with a window of
 events; analyze does the same when the replica's preemption count is a late V1 one
-(visibility.Settled reads every stats line's Waiting: analyze.Again).
+(visibility.Settled reads every stats line's Waiting: analyze.Again), and scans again
+with the KV pressure threshold as the minutes' limit where a V0 counter's delta may be
+spread onto a minute at it (`pinned`: Again.PINNED). With --since/--until, `noted`
+gives the notes what they read of the minutes kept.
 tests/timeline/test_calm.py holds the report to the one made without calm minutes,
 byte for byte, in every format; bench/fuzz.py and bench/lane_fuzz.py do on damaged
 logs.
@@ -289,7 +293,12 @@ def place(
         epoch = int(ts.timestamp())
         ks[i] |= fold
         starts[i], firsts[i] = epoch - epoch % seconds, epoch
-    return [_placed(r, ks, starts, firsts, datings[r.zone]) for r, ks, starts, firsts in made]
+    # (a named zone's: events give their lines in UTC, evidence shows them so)
+    named = wall is not None
+    return [
+        _placed(replace(r, utc=named and r.zone is None), ks, starts, firsts, datings[r.zone])
+        for r, ks, starts, firsts in made
+    ]
 
 
 def _placed(
@@ -327,6 +336,49 @@ def trimmed(placed: list[Placed], since: datetime | None, until: datetime | None
         elif keep:
             out.append(_taken(p, keep))
     placed.clear()
+    return out
+
+
+# What the notes read of a stats line besides its time (commands/notes.py,
+# engine_notes): its engine's index, its process (SGLang's DP rank) and how many
+# engines it sums up.
+_NOTED = ("engine_idx", "engines_aggregated")
+
+
+def noted(placed: Iterable[Placed]) -> list[Event]:
+    """For each replica, a stats event of its calm minutes for each engine they show
+    (index, process, engines aggregated), timed by its minute's first line: what the
+    notes read of stats lines, where --since/--until keep calm minutes but no event
+    of theirs (a range between two blocks' anchors: 'no line carried a timestamp',
+    and no data-parallel note)."""
+    out: list[Event] = []
+    seen: set[tuple[Any, ...]] = set()
+    for p in placed:
+        r, frame = p.rows, p.rows.frame
+        assert frame is not None
+        values_of = [
+            _listed(frame.column(f"f_{k}"))
+            if k in r.fields
+            else Const(r.constants.get(k), frame.height)
+            for k in _NOTED
+        ]
+        procs = _listed(frame.column("peak_proc"))
+        for j, row in enumerate(p.keep):
+            key = (p.replicas[j], procs[row], *(c[row] for c in values_of))
+            if key in seen:
+                continue
+            seen.add(key)
+            values = tuple(frame.column(f"f_{k}")[row] for k in r.fields)
+            h = _peak_hit(
+                r,
+                frame.column("peak_line")[row],
+                values,
+                frame.column("peak_text")[row],
+                None,
+                procs[row],
+                frame.column("peak_pos")[row],
+            )
+            out.append(stamp_event(h, datetime.fromtimestamp(p.firsts[j], tz=UTC), key[0]))
     return out
 
 
@@ -492,6 +544,21 @@ def replicas_of(placed: Iterable[Placed]) -> set[str]:
     return {replica for p in placed for replica in set(p.replicas)}
 
 
+def pinned(placed: Iterable[Placed], replicas: set[str], kv_pct: float) -> bool:
+    """Whether a calm minute of these replicas reached `kv_pct` KV usage (a V0 counter's
+    delta is spread onto such a minute's window: analyze.Again.PINNED)."""
+    for p in placed:
+        if replicas.isdisjoint(p.replicas):
+            continue
+        assert p.rows.frame is not None
+        kv = _listed(p.rows.frame.data[_MAXES + _KV])
+        for i, replica in zip(p.keep, p.replicas, strict=True):
+            value = kv[i]
+            if replica in replicas and value is not None and value >= kv_pct:
+                return True
+    return False
+
+
 def _dating(
     h: Hit, timed: Mapping[tuple[int, int, str], Event], wall: tzinfo | None
 ) -> tuple[tuple[str, str], Event, datetime] | None:
@@ -565,7 +632,7 @@ def lines(
 # What the rules make of a calm window (diagnose.window_rules.calm_judge, bound to a
 # run's visibility and thresholds): its class, confidence and why from its replica,
 # start, end, stats lines, KV max, Waiting max and share, Running max. (No rule before
-# PD108 can take it: nothing preempted or failed, KV under pressure.)
+# PD107 can take it: nothing preempted or failed.)
 Judgement = tuple[Class, Confidence, str]
 Judged = Callable[
     [str, datetime, datetime, int, float | None, int | None, float | None, int | None],
@@ -855,7 +922,8 @@ class _PeakWindow(ReadWindow):
             c[_K_PROC][i],
             c[_K_POS][i],
         )
-        return (stamp_event(h, self._ts, self.replica),)
+        ts = self._ts.astimezone(UTC) if self._rows.utc else self._ts
+        return (stamp_event(h, ts, self.replica),)
 
     def evidence_line(self) -> tuple[str, int, str, Kind, str, datetime | None]:
         r = self._rows

@@ -1,5 +1,6 @@
 """calm_judge: what the rules make of a calm window (timeline/calm.py), from its
-numbers, as classify_window makes it of the window: healthy, queueing or a stall."""
+numbers, as classify_window makes it of the window: suspected preemption, a stall,
+queueing or healthy."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ _THRESHOLDS = st.builds(
     Thresholds,
     queue_min_share=st.sampled_from([0.5, 0.3, 1.0, 0.0]),
     stall_kv_pct=st.sampled_from([5.0, 0.5, 50.0]),
+    kv_pressure_pct=st.sampled_from([95.0, 90.0, 100.0, 1.0]),
 )
 
 
@@ -59,7 +61,15 @@ def _queue(draw: st.DrawFn, n: int) -> tuple[int, float]:
     st.sampled_from(["a", "b"]),
     st.integers(-2, 5),
     st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), _queue(n))),
-    st.one_of(st.none(), st.floats(0, 94.9), st.just(0.0), st.just(-0.0), st.integers(0, 94)),
+    st.one_of(
+        st.none(),
+        st.floats(0, 100),
+        st.just(0.0),
+        st.just(-0.0),
+        st.integers(0, 100),
+        st.sampled_from([90.0, 95.0, 95, 100.0]),
+        st.floats(allow_infinity=True),
+    ),
     st.sampled_from([None, 0, 1, 64]),
 )
 def test_a_calm_window_is_judged_as_the_rules_judge_it(
@@ -71,8 +81,8 @@ def test_a_calm_window_is_judged_as_the_rules_judge_it(
     kv: float | None,
     running: int | None,
 ) -> None:
-    # A calm window: every line says how many wait, nothing preempted, KV under the
-    # pressure threshold.
+    # A calm window: every line says how many wait, nothing preempted; its KV at the
+    # pressure threshold or under it.
     n, (waiting, share) = lines
     w = make_window(
         minute,
@@ -141,3 +151,30 @@ def test_what_it_says_once_is_said_again_alike_but_for_the_sign_and_type_of_kv()
     )
     assert seeing("a", start, end, 2, 29.0, 0, 0.0, 12)[1] is Confidence.MEDIUM
     assert judged("a", start, end, 6, 29.0, 0, 0.0, 12)[1] is Confidence.MEDIUM
+
+
+def test_a_pinned_pool_with_a_queue_is_suspected_where_the_log_cannot_show_preemptions() -> None:
+    # (PD107: a V1 log's stats lines print no preemptions; a pinned pool with a queue
+    # is what preemption looks like, so it is never queueing there)
+    start, end = T0, T0 + _MINUTE
+    blind = calm_judge(Visibility(True, None, "why", None, (), ()), Thresholds())
+    assert blind("a", start, end, 6, 98.8, 27, 1.0, 64) == (
+        Class.INSUFFICIENT_EVIDENCE,
+        Confidence.LOW,
+        "KV 98.8% with 27 waiting, but this log cannot show preemptions (suspected)",
+    )
+    # at the threshold itself, and not with nothing waiting
+    assert blind("a", start, end, 6, 95.0, 1, 0.166667, 64)[0] is Class.INSUFFICIENT_EVIDENCE
+    assert blind("a", start, end, 6, 99.0, 0, 0.0, 64) == (
+        Class.HEALTHY,
+        Confidence.MEDIUM,
+        "KV max 99.0%, nothing waiting, no preemption seen (this log cannot show it)",
+    )
+    # where the log can show them (SGLang's retractions), a pinned pool that showed none
+    # is queueing
+    seeing = calm_judge(Visibility(False, None, "why", None, (), ()), Thresholds())
+    assert seeing("a", start, end, 6, 98.8, 27, 1.0, 64) == (
+        Class.QUEUEING,
+        Confidence.HIGH,
+        "27 waiting, KV max 98.8%, no preemption",
+    )
