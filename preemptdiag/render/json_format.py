@@ -229,12 +229,10 @@ def episode_dict(e: Episode) -> dict[str, JSONValue]:
     }
 
 
-def _episodes(report: Report) -> list[JSONValue]:
-    out: list[JSONValue] = []
+def _episodes(report: Report) -> Iterator[dict[str, JSONValue]]:
     for rep in common.replicas(report.windows):
         ws = common.of_replica(report.windows, rep)
-        out += [episode_dict(e) for e in episodes(ws, report.verdict, report.window_seconds)]
-    return out
+        yield from map(episode_dict, episodes(ws, report.verdict, report.window_seconds))
 
 
 def shown_windows(report: Report, timeline: TimelineMode) -> Sequence[Window]:
@@ -244,7 +242,10 @@ def shown_windows(report: Report, timeline: TimelineMode) -> Sequence[Window]:
 
 
 def report_dict(
-    report: Report, with_windows: bool = True, timeline: TimelineMode = TimelineMode.FULL
+    report: Report,
+    with_windows: bool = True,
+    timeline: TimelineMode = TimelineMode.FULL,
+    with_episodes: bool = True,
 ) -> dict[str, JSONValue]:
     e = report.engine
     shown = shown_windows(report, timeline) if with_windows else []
@@ -263,11 +264,12 @@ def report_dict(
         "notes": list(report.notes),
         "replicas": [replica_dict(r) for r in report.replicas],
         "timeline": str(timeline),
-        "episodes": _episodes(report),
+        "episodes": list(_episodes(report)) if with_episodes else [],
     }
 
 
 _WINDOWS_SLOT = "\x00windows\x00"
+_EPISODES_SLOT = "\x00episodes\x00"
 
 
 def render_json(report: Report, *, timeline: TimelineMode = TimelineMode.FULL) -> str:
@@ -280,9 +282,11 @@ def json_chunks(
 ) -> Iterator[str]:
     """render_json's text in pieces, a window at a time: written as they come, a
     month of one-minute windows (60 MB of JSON) is never held whole, nor twice (its
-    pieces and their join). The head is encoded whole first; the windows' numbers
-    passed `finite` when they were made. With `processes` above 1, a long
-    timeline's second half is made by a forked child meanwhile (render/apart.py)."""
+    pieces and their join); so are the episodes, an episode at a time (a quarter of a
+    pool pinned at the pressure threshold is ~12,000: as dicts and one text, split,
+    ~25 MiB). The rest is encoded whole first; the windows' numbers passed `finite`
+    when they were made. With `processes` above 1, a long timeline's second half is
+    made by a forked child meanwhile (render/apart.py)."""
     timeline = TimelineMode(timeline)
     shown = shown_windows(report, timeline)
 
@@ -298,22 +302,27 @@ def json_chunks(
     other = _apart(functools.partial(part, mid, len(shown)), len(shown), processes)
     try:
         doc = {
-            **report_dict(report, with_windows=False, timeline=timeline),
+            **report_dict(report, with_windows=False, timeline=timeline, with_episodes=False),
             "windows": _WINDOWS_SLOT,
+            "episodes": _EPISODES_SLOT,
         }
         # allow_nan=False: a NaN that slipped past `finite` must fail loudly, not emit
         # bad JSON.
-        head, tail = json.dumps(doc, indent=2, allow_nan=False).split(json.dumps(_WINDOWS_SLOT))
+        text = json.dumps(doc, indent=2, allow_nan=False)
+        head, rest = text.split(json.dumps(_WINDOWS_SLOT))
+        middle, tail = rest.split(json.dumps(_EPISODES_SLOT))
         if not shown:
-            yield f"{head}[]{tail}\n"
-            return
-        yield head + "[\n    "
-        if other is None:
-            yield from part(0, len(shown))
+            yield f"{head}[]{middle}"
         else:
-            yield from part(0, mid)
-            yield from other.pieces()
-        yield "\n  ]" + tail + "\n"
+            yield head + "[\n    "
+            if other is None:
+                yield from part(0, len(shown))
+            else:
+                yield from part(0, mid)
+                yield from other.pieces()
+            yield "\n  ]" + middle
+        yield from _listed_json(_episodes(report), "  ")
+        yield tail + "\n"
     finally:
         if other is not None:
             other.close()
@@ -330,6 +339,18 @@ def _apart(render: Callable[[], Iterator[str]], n: int, processes: int) -> Apart
 
 
 _BATCH = 512  # windows written as one piece
+
+
+def _listed_json(items: Iterable[JSONValue], indent: str) -> Iterator[str]:
+    """json.dumps(list(items), indent=2) as the value of a key `indent` deep, an item
+    at a time (an item's text is its own dumps, each line after its first indented
+    one level further in)."""
+    inner = "\n" + indent + "  "
+    sep = "[" + inner
+    for item in items:
+        yield sep + json.dumps(item, indent=2, allow_nan=False).replace("\n", inner)
+        sep = "," + inner
+    yield "[]" if sep.startswith("[") else "\n" + indent + "]"
 
 
 def windows_json(ws: Sequence[Window], indent: str = "") -> list[str]:
