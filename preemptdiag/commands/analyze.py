@@ -398,7 +398,13 @@ def _judge(
             or ((since is None or e.ts >= since) and (until is None or e.ts < until))
         ]
     info = detect_engine(events, calm_lines(counted))
-    counters = {e.replica for e in events if isinstance(e.fields.get("cumulative"), int)}
+    # (the replicas with a V0 counter, whose deltas windows spreads: no calm minute of
+    # theirs may be pinned; a walk of the events only where there are calm minutes)
+    counters = (
+        {e.replica for e in events if isinstance(e.fields.get("cumulative"), int)}
+        if calm
+        else set()
+    )
     if counters and calm_pinned(calm, counters, opts.thresholds.kv_pressure_pct):
         return Again.PINNED
     vis = preemption_visibility(events, info)

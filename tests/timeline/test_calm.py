@@ -243,7 +243,7 @@ def test_queues_that_come_and_go_stalls_and_blips_are_byte_identical(
     assert spy.placed > 300 and not spy.gave_up
 
 
-@pytest.mark.parametrize("warnings", [False, True], ids=["", "warnings"])
+@pytest.mark.parametrize("warnings", [False, True], ids=["pinned", "warnings"])
 @pytest.mark.parametrize("engines", [1, 2])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_quiet_hours_with_queues_a_pinned_pool_and_warnings(
